@@ -1,0 +1,44 @@
+// infercast: a thin front end. It parses options, calls the libraries and prints; every
+// measurement and decision lives in the libraries.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "cli/probe_command.h"
+#include "probes/error.h"
+
+namespace {
+constexpr int kExitUsage = 2;
+constexpr int kExitFailure = 1;
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"infercast: can this machine serve a large language model, and how fast?"};
+  app.require_subcommand(1);
+  int exit_status = 0;
+  infercast::cli::add_probe_command(app, exit_status);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "infercast: {}\n", e.what());
+    return kExitUsage;
+  } catch (const infercast::UsageError& e) {
+    fmt::print(stderr, "infercast: {}\n", e.what());
+    return kExitUsage;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "infercast: out of memory (try a smaller --max-memory)\n");
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "infercast: error: {}\n", e.what());
+    return kExitFailure;
+  }
+  return exit_status;
+}

@@ -1,0 +1,74 @@
+#include "probes/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "probes/error.h"
+
+namespace infercast {
+namespace {
+
+std::string temp_template(const std::string& path) {
+  const std::filesystem::path p(path);
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
+  return (dir / ("." + p.filename().string() + ".tmp.XXXXXX")).string();
+}
+
+[[noreturn]] void fail(const std::string& path, const char* what) {
+  throw UsageError("cannot write '" + path + "': " + what);
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, const std::string& contents) {
+  if (std::filesystem::is_directory(path)) fail(path, "it is a directory");
+  std::string tmpl = temp_template(path);
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  const int fd = mkstemp(name.data());
+  if (fd < 0) fail(path, std::strerror(errno));
+  std::size_t written = 0;
+  while (written < contents.size()) {
+    const ssize_t n = write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      close(fd);
+      unlink(name.data());
+      fail(path, std::strerror(err));
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  fchmod(fd, 0644);
+  if (fsync(fd) != 0 || close(fd) != 0) {
+    const int err = errno;
+    unlink(name.data());
+    fail(path, std::strerror(err));
+  }
+  if (std::rename(name.data(), path.c_str()) != 0) {
+    const int err = errno;
+    unlink(name.data());
+    fail(path, std::strerror(err));
+  }
+}
+
+void check_writable(const std::string& path) {
+  if (path.empty()) throw UsageError("output path is empty");
+  if (std::filesystem::is_directory(path)) fail(path, "it is a directory");
+  std::string tmpl = temp_template(path);
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  const int fd = mkstemp(name.data());
+  if (fd < 0) fail(path, std::strerror(errno));
+  close(fd);
+  unlink(name.data());
+}
+
+}  // namespace infercast

@@ -1,0 +1,185 @@
+#include "probes/counters.h"
+
+#include <likwid.h>
+#include <papi.h>
+
+#include <fmt/format.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <mutex>
+
+namespace infercast {
+namespace {
+
+class UnavailableSession final : public CounterSession {
+ public:
+  UnavailableSession(std::string backend, std::string reason)
+      : backend_(std::move(backend)), reason_(std::move(reason)) {}
+  [[nodiscard]] std::string backend() const override { return backend_; }
+  [[nodiscard]] bool available() const override { return false; }
+  [[nodiscard]] std::string reason() const override { return reason_; }
+  void start() override {}
+  std::vector<CounterReading> stop() override { return {}; }
+
+ private:
+  std::string backend_, reason_;
+};
+
+// PAPI_library_init may run once per process; later sessions reuse its result.
+int papi_init_status() {
+  static const int status = [] {
+    const int rc = PAPI_library_init(PAPI_VER_CURRENT);
+    if (rc == PAPI_VER_CURRENT) PAPI_thread_init(pthread_self);
+    return rc;
+  }();
+  return status;
+}
+
+class PapiSession final : public CounterSession {
+ public:
+  PapiSession(int event_set, std::vector<std::string> events)
+      : event_set_(event_set), events_(std::move(events)) {}
+  ~PapiSession() override {
+    PAPI_cleanup_eventset(event_set_);
+    PAPI_destroy_eventset(&event_set_);
+  }
+  PapiSession(const PapiSession&) = delete;
+  PapiSession& operator=(const PapiSession&) = delete;
+  [[nodiscard]] std::string backend() const override { return "papi"; }
+  [[nodiscard]] bool available() const override { return true; }
+  [[nodiscard]] std::string reason() const override { return {}; }
+  void start() override { PAPI_start(event_set_); }
+  std::vector<CounterReading> stop() override {
+    std::vector<long long> values(events_.size());
+    std::vector<CounterReading> out;
+    if (PAPI_stop(event_set_, values.data()) != PAPI_OK) return out;
+    for (std::size_t i = 0; i < events_.size(); ++i) {
+      out.push_back({events_[i], static_cast<std::uint64_t>(values[i] < 0 ? 0 : values[i])});
+    }
+    return out;
+  }
+
+ private:
+  int event_set_;
+  std::vector<std::string> events_;
+};
+
+class LikwidSession final : public CounterSession {
+ public:
+  LikwidSession(int group, std::vector<int> cpus) : group_(group), cpus_(std::move(cpus)) {}
+  ~LikwidSession() override { perfmon_finalize(); }
+  LikwidSession(const LikwidSession&) = delete;
+  LikwidSession& operator=(const LikwidSession&) = delete;
+  [[nodiscard]] std::string backend() const override { return "likwid"; }
+  [[nodiscard]] bool available() const override { return true; }
+  [[nodiscard]] std::string reason() const override { return {}; }
+  void start() override { perfmon_startCounters(); }
+  std::vector<CounterReading> stop() override {
+    std::vector<CounterReading> out;
+    if (perfmon_stopCounters() != 0) return out;
+    const int events = perfmon_getNumberOfEvents(group_);
+    for (int e = 0; e < events; ++e) {
+      double total = 0;
+      for (std::size_t t = 0; t < cpus_.size(); ++t) {
+        total += perfmon_getResult(group_, e, static_cast<int>(t));
+      }
+      out.push_back({perfmon_getEventName(group_, e), static_cast<std::uint64_t>(total)});
+    }
+    return out;
+  }
+
+ private:
+  int group_;
+  std::vector<int> cpus_;
+};
+
+}  // namespace
+
+std::unique_ptr<CounterSession> open_papi(const std::vector<std::string>& events) {
+  const int init = papi_init_status();
+  if (init != PAPI_VER_CURRENT) {
+    return std::make_unique<UnavailableSession>(
+        "papi", fmt::format("PAPI_library_init failed: {}", init > 0 ? "version mismatch"
+                                                                     : PAPI_strerror(init)));
+  }
+  int event_set = PAPI_NULL;
+  if (int rc = PAPI_create_eventset(&event_set); rc != PAPI_OK) {
+    return std::make_unique<UnavailableSession>(
+        "papi", fmt::format("PAPI_create_eventset: {}", PAPI_strerror(rc)));
+  }
+  for (const std::string& event : events) {
+    const int rc = PAPI_add_named_event(event_set, event.c_str());
+    if (rc != PAPI_OK) {
+      PAPI_cleanup_eventset(event_set);
+      PAPI_destroy_eventset(&event_set);
+      const PAPI_hw_info_t* hw = PAPI_get_hardware_info();
+      const bool vm = hw != nullptr && hw->virtualized != 0;
+      return std::make_unique<UnavailableSession>(
+          "papi", fmt::format("cannot count {}: {}{}", event, PAPI_strerror(rc),
+                              vm ? " (running in a virtual machine without a CPU PMU?)" : ""));
+    }
+  }
+  return std::make_unique<PapiSession>(event_set, events);
+}
+
+std::unique_ptr<CounterSession> open_likwid(const std::vector<int>& cpus, const std::string& group) {
+  if (topology_init() != 0) {
+    return std::make_unique<UnavailableSession>("likwid", "likwid topology_init failed");
+  }
+  std::vector<int> ids = cpus;
+  // likwid prints its own complaint to stderr when it lacks access; the reason is recorded
+  // below instead, so silence it for the duration of the call.
+  std::fflush(stderr);
+  const int saved = dup(STDERR_FILENO);
+  const int null_fd = open("/dev/null", O_WRONLY);
+  if (null_fd >= 0) dup2(null_fd, STDERR_FILENO);
+  const int rc = perfmon_init(static_cast<int>(ids.size()), ids.data());
+  std::fflush(stderr);
+  if (saved >= 0) {
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+  }
+  if (null_fd >= 0) close(null_fd);
+  if (rc < 0) {
+    return std::make_unique<UnavailableSession>(
+        "likwid", fmt::format("perfmon_init returned {}: no access to MSRs or perf_event "
+                              "counters on these CPUs",
+                              rc));
+  }
+  std::string group_name = group;
+  const int gid = perfmon_addEventSet(group_name.data());
+  if (gid < 0 || perfmon_setupCounters(gid) < 0) {
+    perfmon_finalize();
+    return std::make_unique<UnavailableSession>(
+        "likwid", fmt::format("performance group {} is not available on this CPU", group));
+  }
+  return std::make_unique<LikwidSession>(gid, std::move(ids));
+}
+
+std::vector<std::string> default_papi_events() { return {"PAPI_L3_TCM"}; }
+
+CounterReport observe_counters(const std::function<double()>& region, unsigned line_bytes) {
+  std::vector<std::unique_ptr<CounterSession>> sessions;
+  sessions.push_back(open_papi(default_papi_events()));
+  sessions.push_back(open_likwid({0}, "MEM"));
+  CounterReport report;
+  for (auto& s : sessions) {
+    if (s->available()) s->start();
+  }
+  report.timed_bytes = region();
+  for (auto& s : sessions) {
+    CounterReport::Backend b{s->backend(), s->available(), s->reason(), {}};
+    if (s->available()) b.readings = s->stop();
+    for (const auto& r : b.readings) {
+      if (r.event == "PAPI_L3_TCM") {
+        report.counted_bytes = static_cast<double>(r.value) * line_bytes;
+      }
+    }
+    report.backends.push_back(std::move(b));
+  }
+  return report;
+}
+
+}  // namespace infercast

@@ -1,0 +1,63 @@
+#pragma once
+// Hardware performance counters through PAPI and likwid, optional by nature: in a VM without a
+// CPU PMU, or without permission, each backend records why it is unavailable and the probe
+// carries on with timed figures. The backends sit behind one interface so the probe can read
+// counters around any measured region, and tests can exercise both outcomes.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace infercast {
+
+struct CounterReading {
+  std::string event;
+  std::uint64_t value = 0;
+};
+
+class CounterSession {
+ public:
+  virtual ~CounterSession() = default;
+  [[nodiscard]] virtual std::string backend() const = 0;
+  [[nodiscard]] virtual bool available() const = 0;
+  // Why the counters cannot be read (empty when available).
+  [[nodiscard]] virtual std::string reason() const = 0;
+  // Brackets a measured region; readings are the counts inside it. Unavailable sessions
+  // return no readings.
+  virtual void start() = 0;
+  virtual std::vector<CounterReading> stop() = 0;
+};
+
+// PAPI on the calling thread with the given events (preset names such as PAPI_L3_TCM or native
+// ones such as perf::TASK-CLOCK). Unavailable, with PAPI's own words as the reason, if the
+// library or any event cannot be set up.
+std::unique_ptr<CounterSession> open_papi(const std::vector<std::string>& events);
+
+// likwid's perfmon on the given CPUs with a performance group (e.g. "MEM"). Unavailable, with
+// the reason, when perfmon cannot be initialised (no MSR or perf_event access).
+std::unique_ptr<CounterSession> open_likwid(const std::vector<int>& cpus, const std::string& group);
+
+// The events the DRAM read probe asks PAPI for: last-level cache misses, which at 64 bytes per
+// miss give the memory traffic to compare with the timed bytes.
+std::vector<std::string> default_papi_events();
+
+// Counters observed around a DRAM read measurement: what each backend said, and if one could
+// count, the traffic it implies beside the timed figure.
+struct CounterReport {
+  struct Backend {
+    std::string name;
+    bool available = false;
+    std::string reason;
+    std::vector<CounterReading> readings;
+  };
+  std::vector<Backend> backends;
+  std::optional<double> counted_bytes;  // LLC misses x line size, when counted
+  std::optional<double> timed_bytes;    // what the kernel's contract says it moved
+};
+
+// Opens every backend, brackets `region` with those that are available, and reports.
+CounterReport observe_counters(const std::function<double()>& region, unsigned line_bytes);
+
+}  // namespace infercast

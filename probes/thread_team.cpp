@@ -1,0 +1,57 @@
+#include "probes/thread_team.h"
+
+#include <immintrin.h>
+
+#include "probes/topology.h"
+
+namespace infercast {
+
+ThreadTeam::ThreadTeam(unsigned size) : size_(size == 0 ? 1 : size) {
+  if (!pin_current_thread_to_core(0)) pinned_ = false;
+  threads_.reserve(size_ - 1);
+  for (unsigned m = 1; m < size_; ++m) threads_.emplace_back([this, m] { worker(m); });
+}
+
+ThreadTeam::~ThreadTeam() {
+  stop_.store(true, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  for (auto& t : threads_) t.join();
+}
+
+void ThreadTeam::worker(unsigned member) {
+  if (!pin_current_thread_to_core(member)) pinned_ = false;
+  unsigned seen = 0;
+  for (;;) {
+    unsigned spins = 0;
+    while (generation_.load(std::memory_order_acquire) == seen) {
+      _mm_pause();
+      // Back off to the scheduler when idle for long, so an idle team does not burn the core
+      // another process (or the main thread on an oversubscribed machine) needs.
+      if (++spins > (1U << 16)) std::this_thread::yield();
+    }
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load(std::memory_order_acquire)) return;
+    (*job_)(member);
+    finished_.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+
+void ThreadTeam::run(const std::function<void(unsigned)>& job) {
+  job_ = &job;
+  finished_.store(0, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  job(0);
+  while (finished_.load(std::memory_order_acquire) != size_ - 1) _mm_pause();
+}
+
+void ThreadTeam::barrier() {
+  const unsigned gen = barrier_generation_.load(std::memory_order_acquire);
+  if (barrier_count_.fetch_add(1, std::memory_order_acq_rel) + 1 == size_) {
+    barrier_count_.store(0, std::memory_order_relaxed);
+    barrier_generation_.fetch_add(1, std::memory_order_acq_rel);
+    return;
+  }
+  while (barrier_generation_.load(std::memory_order_acquire) == gen) _mm_pause();
+}
+
+}  // namespace infercast

@@ -1,0 +1,46 @@
+#include "probes/units.h"
+
+#include <cctype>
+#include <charconv>
+#include <fmt/format.h>
+
+namespace infercast {
+
+std::optional<std::uint64_t> parse_size(std::string_view text) {
+  double number = 0;
+  const auto* begin = text.data();
+  const auto* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(begin, end, number);
+  if (ec != std::errc{} || ptr == begin || number < 0) return std::nullopt;
+  std::string suffix;
+  for (const char* p = ptr; p != end; ++p) {
+    suffix += static_cast<char>(std::tolower(static_cast<unsigned char>(*p)));
+  }
+  std::uint64_t scale = 1;
+  if (suffix.empty() || suffix == "b") {
+    scale = 1;
+  } else if (suffix == "k" || suffix == "kib" || suffix == "kb") {
+    scale = 1ULL << 10;
+  } else if (suffix == "m" || suffix == "mib" || suffix == "mb") {
+    scale = 1ULL << 20;
+  } else if (suffix == "g" || suffix == "gib" || suffix == "gb") {
+    scale = 1ULL << 30;
+  } else if (suffix == "t" || suffix == "tib" || suffix == "tb") {
+    scale = 1ULL << 40;
+  } else {
+    return std::nullopt;
+  }
+  const double bytes = number * static_cast<double>(scale);
+  if (bytes > 1.8e19) return std::nullopt;
+  return static_cast<std::uint64_t>(bytes);
+}
+
+std::string format_size(std::uint64_t bytes) {
+  const auto b = static_cast<double>(bytes);
+  if (bytes >= (1ULL << 30)) return fmt::format("{:.1f} GiB", b / (1ULL << 30));
+  if (bytes >= (1ULL << 20)) return fmt::format("{:.1f} MiB", b / (1ULL << 20));
+  if (bytes >= (1ULL << 10)) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} B", bytes);
+}
+
+}  // namespace infercast

@@ -1,0 +1,16 @@
+#pragma once
+// One unit policy: rates in GB/s = 1e9 bytes/s; sizes in binary units (KiB, MiB, GiB).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace infercast {
+
+// "512MiB", "2GiB", "64M", "1g", "4096" -> bytes (suffixes are binary; B optional).
+std::optional<std::uint64_t> parse_size(std::string_view text);
+
+// 4096 -> "4 KiB", 3 << 20 -> "3.0 MiB".
+std::string format_size(std::uint64_t bytes);
+
+}  // namespace infercast
