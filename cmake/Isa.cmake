@@ -4,8 +4,8 @@
 set(INFERCAST_FLAGS_AVX2 -mavx2 -mfma -mf16c -mavxvnni)
 set(INFERCAST_FLAGS_AVX512 -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq
     -mavx512vnni -mavx512bf16 -mprefer-vector-width=512)
-# GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* feeds "maybe-uninitialized").
-list(APPEND INFERCAST_FLAGS_AVX512 -Wno-maybe-uninitialized)
+# GCC 12 warns inside its own AVX-512 headers (_mm512_undefined_* feeds the uninitialized warnings).
+list(APPEND INFERCAST_FLAGS_AVX512 -Wno-maybe-uninitialized -Wno-uninitialized)
 set(INFERCAST_FLAGS_AMX ${INFERCAST_FLAGS_AVX512} -mamx-tile -mamx-int8 -mamx-bf16)
 
 # infercast_isa_sources(<target> <level> <files...>): compile files for one ISA level.

@@ -14,7 +14,15 @@ inline void store(std::uint32_t* p, Vec v) { _mm512_store_si512(p, v); }
 inline void stream(std::uint32_t* p, Vec v) { _mm512_stream_si512(reinterpret_cast<__m512i*>(p), v); }
 inline Vec add(Vec a, Vec b) { return _mm512_add_epi32(a, b); }
 inline Vec splat_u32(std::uint32_t x) { return _mm512_set1_epi32(static_cast<int>(x)); }
-inline std::uint32_t reduce_add(Vec v) { return static_cast<std::uint32_t>(_mm512_reduce_add_epi32(v)); }
+// Summed as unsigned lanes: GCC's _mm512_reduce_add_epi32 adds signed ints, which overflow
+// (undefined behaviour) for the wrapping checksums the read kernel produces.
+inline std::uint32_t reduce_add(Vec v) {
+  alignas(64) std::uint32_t lanes[16];
+  _mm512_store_si512(lanes, v);
+  std::uint32_t sum = 0;
+  for (std::uint32_t x : lanes) sum += x;
+  return sum;
+}
 inline VecF splat_f32(float x) { return _mm512_set1_ps(x); }
 inline VecF loadf(const float* p) { return _mm512_load_ps(p); }
 inline void storef(float* p, VecF v) { _mm512_store_ps(p, v); }

@@ -69,7 +69,10 @@ class PapiSession final : public CounterSession {
 class LikwidSession final : public CounterSession {
  public:
   LikwidSession(int group, std::vector<int> cpus) : group_(group), cpus_(std::move(cpus)) {}
-  ~LikwidSession() override { perfmon_finalize(); }
+  ~LikwidSession() override {
+    perfmon_finalize();
+    topology_finalize();
+  }
   LikwidSession(const LikwidSession&) = delete;
   LikwidSession& operator=(const LikwidSession&) = delete;
   [[nodiscard]] std::string backend() const override { return "likwid"; }
@@ -143,6 +146,7 @@ std::unique_ptr<CounterSession> open_likwid(const std::vector<int>& cpus, const 
   }
   if (null_fd >= 0) close(null_fd);
   if (rc < 0) {
+    topology_finalize();
     return std::make_unique<UnavailableSession>(
         "likwid", fmt::format("perfmon_init returned {}: no access to MSRs or perf_event "
                               "counters on these CPUs",
@@ -152,6 +156,7 @@ std::unique_ptr<CounterSession> open_likwid(const std::vector<int>& cpus, const 
   const int gid = perfmon_addEventSet(group_name.data());
   if (gid < 0 || perfmon_setupCounters(gid) < 0) {
     perfmon_finalize();
+    topology_finalize();
     return std::make_unique<UnavailableSession>(
         "likwid", fmt::format("performance group {} is not available on this CPU", group));
   }
