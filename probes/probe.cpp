@@ -173,8 +173,7 @@ ProbeResults run_probe(const ProbePlan& plan, const Topology& topo, const CpuFea
   ProbeResults r;
   r.plan = plan;
   const double start = now_seconds();
-  // Stage weights for the progress bar, roughly their share of the run time.
-  struct Stage { const char* name; double from, to; };
+  // Each stage reports into its own slice of the progress bar, roughly its share of the time.
   auto stage_progress = [&](double from, double to) -> ProgressFn {
     if (!options.progress) return {};
     return [&, from, to](const std::string& what, double f) { options.progress(what, from + (to - from) * f); };
