@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <mutex>
 
 namespace infercast {
 namespace {

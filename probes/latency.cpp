@@ -32,9 +32,8 @@ double time_chase(const void* start, std::size_t lines, double min_time) {
   std::uint64_t loads = std::min<std::uint64_t>(std::max<std::size_t>(lines, 1024), 1ULL << 14);
   for (;;) {
     const double t0 = now_seconds();
-    const void* end = chase(start, loads);
+    chase(start, loads);
     const double t = now_seconds() - t0;
-    if (end == nullptr) throw std::runtime_error("latency chase left its cycle");
     if (t >= min_time || loads > (1ULL << 34)) return t * 1e9 / static_cast<double>(loads);
     loads = static_cast<std::uint64_t>(static_cast<double>(loads) *
                                        std::min(100.0, 1.1 * min_time / std::max(t, 1e-6)));

@@ -219,8 +219,7 @@ ProbeResults run_probe(const ProbePlan& plan, const Topology& topo, const CpuFea
   return r;
 }
 
-json summarize(const ProbeResults& r, const Topology& topo) {
-  (void)topo;
+json summarize(const ProbeResults& r) {
   json s;
   const auto [read_gbs, read_threads] = best_dram(r, "read");
   s["dram_read_gbs"] = or_null(read_gbs);
@@ -346,7 +345,7 @@ json profile_json(const ProbeResults& r, const Topology& topo, const CpuFeatures
   } else {
     j["counters"] = {{"backends", json::array()}, {"skipped", true}};
   }
-  j["summary"] = summarize(r, topo);
+  j["summary"] = summarize(r);
   return j;
 }
 

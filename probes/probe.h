@@ -65,6 +65,6 @@ ProbeResults run_probe(const ProbePlan& plan, const Topology& topo, const CpuFea
 // The profile document and its `summary` object (null where a figure could not be measured).
 nlohmann::json profile_json(const ProbeResults& results, const Topology& topo,
                             const CpuFeatures& cpu);
-nlohmann::json summarize(const ProbeResults& results, const Topology& topo);
+nlohmann::json summarize(const ProbeResults& results);
 
 }  // namespace infercast

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <mutex>
 #include <sstream>
 
 namespace infercast {

@@ -121,3 +121,16 @@ TEST(BandwidthSweep, SmallSweepProducesVerifiedPoints) {
     EXPECT_EQ(p.gbs.samples, 2);
   }
 }
+
+TEST(StreamKernels, EmptyArraysAreANoOpAtEveryLevel) {
+  const IsaLevel best = max_supported_level(host_cpu());
+  for (IsaLevel l : {IsaLevel::scalar, IsaLevel::avx2, IsaLevel::avx512}) {
+    if (l > best) continue;
+    const StreamKernels& k = stream_kernels_for(l);
+    alignas(64) std::uint32_t a[16] = {};
+    for (unsigned streams : {1U, 4U, 8U}) EXPECT_EQ(k.read(a, 0, 3, streams), 0U);
+    k.write(a, 0, 5, 1);
+    k.copy(a, a, 0, 1);
+    EXPECT_EQ(a[0], 0U);
+  }
+}
