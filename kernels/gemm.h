@@ -1,0 +1,75 @@
+#pragma once
+// Matrix products of quantized weights with float activations: y = x W^T for a batch of
+// activation rows, the operation behind every linear layer of a transformer.
+//
+//   GemmContext ctx(threads);                 // persistent pinned threads and scratch
+//   ctx.gemm(weights, x, batch, y);           // y[b][r] = dot(weights row r, x[b])
+//
+// The context picks the kernel for its ISA level (scalar, AVX2, AVX-512, AMX), quantizes the
+// activations once per call into the format the weights call for (Q8_0, Q8_K or none), and
+// splits output rows across threads.
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "kernels/aligned_buffer.h"
+#include "kernels/blocks.h"
+#include "kernels/thread_pool.h"
+#include "probes/cpu_features.h"
+
+namespace infercast {
+
+// A row-major weight matrix in one of the weight formats. cols must be a multiple of the
+// format's block size; row_bytes is normally format_info(type).row_bytes(cols).
+struct WeightView {
+  GgmlType type = GgmlType::f32;
+  const void* data = nullptr;
+  std::size_t rows = 0;
+  std::size_t cols = 0;
+  std::size_t row_bytes = 0;
+};
+WeightView make_weight_view(GgmlType type, const void* data, std::size_t rows, std::size_t cols);
+
+struct GemmKernel;  // internal: one implementation for one format at one ISA variant
+
+class GemmContext {
+ public:
+  // threads >= 1; level defaults to the process's active level (flag, INFERCAST_ISA, machine).
+  explicit GemmContext(unsigned threads, std::optional<IsaLevel> level = std::nullopt);
+  // The same with some of the host's features masked off (e.g. VNNI), so one machine can run
+  // the variants older CPUs would get. `features` must not claim anything the host lacks.
+  GemmContext(unsigned threads, std::optional<IsaLevel> level, const CpuFeatures& features);
+  ~GemmContext();
+  GemmContext(const GemmContext&) = delete;
+  GemmContext& operator=(const GemmContext&) = delete;
+
+  [[nodiscard]] unsigned threads() const { return pool_.size(); }
+  [[nodiscard]] IsaLevel level() const { return level_; }
+  ThreadPool& pool() { return pool_; }
+
+  // y[b * ldy + r] = sum_k W[r][k] * x[b * ldx + k] for b < batch, r < rows.
+  void gemm(const WeightView& w, const float* x, std::size_t ldx, std::size_t batch, float* y, std::size_t ldy);
+  void gemm(const WeightView& w, const float* x, std::size_t batch, float* y) {
+    gemm(w, x, w.cols, batch, y, w.rows);
+  }
+
+  // The name of the kernel gemm() would use, e.g. "avx512_vnni" or "amx_int8".
+  [[nodiscard]] std::string_view kernel_name(GgmlType type, std::size_t batch, std::size_t cols) const;
+
+ private:
+  const GemmKernel& select(GgmlType type, std::size_t batch, std::size_t cols) const;
+
+  ThreadPool pool_;
+  IsaLevel level_;
+  CpuFeatures features_;
+  AlignedBuffer packed_;                // activations in the kernel's format
+  std::vector<AlignedBuffer> scratch_;  // per thread, e.g. decoded AMX tiles
+};
+
+// Checks the shape against the format (block multiple, row bytes) and throws UsageError with a
+// one-line reason when it does not fit.
+void validate_weights(const WeightView& w);
+
+}  // namespace infercast

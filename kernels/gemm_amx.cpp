@@ -1,0 +1,425 @@
+// AMX kernels for batched work (compiled with -mamx-tile -mamx-int8 -mamx-bf16; selected only
+// when the CPU has AMX and the kernel granted tile permission).
+//
+// Quantized formats use INT8 tiles. A row group of 16 weight rows is decoded once into signed
+// bytes plus a float scale (and, for Q4_K/Q5_K, a float offset) per sub-block of 32 (Q6_K: 16).
+// For every 16 activation rows, each sub-block is one tdpbssd of weights x packed activations;
+// its int32 tile is scaled into 16 float accumulators with AVX-512 while the next tile multiply
+// runs. Scales vary per sub-block on both sides, so that scaling is the price of block formats.
+//
+// F16/BF16 use BF16 tiles: 32 weight rows are copied (F16: converted) to bf16 scratch, and a
+// 2x2 block of float accumulator tiles runs over K with no per-block work at all.
+#include <immintrin.h>
+
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "kernels/gemm_kernels.h"
+#include "kernels/half.h"
+#include "kernels/simd_quantize.h"
+
+namespace infercast {
+namespace {
+
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1;
+  std::uint8_t start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+class TileSession {
+ public:
+  explicit TileSession(const TileConfig& cfg) { _tile_loadconfig(&cfg); }
+  ~TileSession() { _tile_release(); }
+  TileSession(const TileSession&) = delete;
+  TileSession& operator=(const TileSession&) = delete;
+};
+
+constexpr std::size_t kTile = 16;
+
+// ---------------------------------------------------------------------------------------------
+// INT8 path.
+
+template <GgmlType W>
+constexpr std::size_t sub_block() {
+  return W == GgmlType::q6_k ? 16 : 32;
+}
+template <GgmlType W>
+constexpr bool has_offset() {
+  return W == GgmlType::q4_k || W == GgmlType::q5_k;
+}
+template <GgmlType W>
+constexpr bool uses_q8_k() {
+  return W == GgmlType::q4_k || W == GgmlType::q5_k || W == GgmlType::q6_k;
+}
+
+// Packed activations per 16-row tile: for each sub-block j a B tile (S/4 rows of 64 bytes),
+// then 16 scales per sub-block, then 16 offset sums per sub-block.
+template <GgmlType W>
+std::size_t int8_tile_bytes(std::size_t cols) {
+  const std::size_t nsub = cols / sub_block<W>();
+  return nsub * (sub_block<W>() * kTile + 2 * kTile * sizeof(float));
+}
+
+template <GgmlType W>
+std::size_t int8_packed_bytes(std::size_t batch, std::size_t cols) {
+  return round_up(batch, kTile) / kTile * int8_tile_bytes<W>(cols);
+}
+
+template <GgmlType W>
+void int8_pack(const GemmCall& c, std::size_t begin, std::size_t end) {
+  constexpr std::size_t S = sub_block<W>();
+  const std::size_t nsub = c.cols / S;
+  const auto& quant = avx512_activation_quantizers();
+  std::vector<std::int8_t> q(c.cols);
+  std::vector<float> scale(nsub);
+  std::vector<float> sums(nsub);
+  std::vector<BlockQ8_0> b8(c.cols / kQk);
+  std::vector<BlockQ8_K> bk(c.cols / kQkK);
+  for (std::size_t tile = begin / kTile; tile < (end + kTile - 1) / kTile; ++tile) {
+    std::uint8_t* base = c.packed + tile * int8_tile_bytes<W>(c.cols);
+    auto* xd = reinterpret_cast<float*>(base + nsub * S * kTile);
+    float* xs = xd + nsub * kTile;
+    for (std::size_t m = 0; m < kTile; ++m) {
+      const std::size_t row = tile * kTile + m;
+      if (row >= c.batch) {
+        std::fill(q.begin(), q.end(), std::int8_t{0});
+        std::fill(scale.begin(), scale.end(), 0.0F);
+        std::fill(sums.begin(), sums.end(), 0.0F);
+      } else if constexpr (uses_q8_k<W>()) {
+        quant.q8_k(c.x + row * c.ldx, bk.data(), c.cols);
+        for (std::size_t s = 0; s < bk.size(); ++s) {
+          std::memcpy(q.data() + s * kQkK, bk[s].qs, kQkK);
+          for (std::size_t j = 0; j < kQkK / S; ++j) {
+            scale[s * (kQkK / S) + j] = bk[s].d;
+            if constexpr (has_offset<W>()) {
+              sums[s * 8 + j] = bk[s].d * static_cast<float>(bk[s].bsums[2 * j] + bk[s].bsums[2 * j + 1]);
+            }
+          }
+        }
+      } else {
+        quant.q8_0(c.x + row * c.ldx, b8.data(), c.cols);
+        for (std::size_t s = 0; s < b8.size(); ++s) {
+          std::memcpy(q.data() + s * kQk, b8[s].qs, kQk);
+          scale[s] = fp16_to_fp32(b8[s].d);
+        }
+      }
+      // Column m of every B tile: row t holds quants 4t..4t+3 of the sub-block.
+      for (std::size_t j = 0; j < nsub; ++j) {
+        std::uint8_t* tile_b = base + j * S * kTile;
+        for (std::size_t t = 0; t < S / 4; ++t) std::memcpy(tile_b + t * 64 + m * 4, q.data() + j * S + 4 * t, 4);
+        xd[j * kTile + m] = scale[j];
+        xs[j * kTile + m] = sums[j];
+      }
+    }
+  }
+}
+
+// Decoded weights for one row group: bytes [16][ldq], scale and offset [nsub][16].
+struct Int8Scratch {
+  std::int8_t* q;
+  float* scale;
+  float* offset;
+  float* tile_out;  // two 16x16 int32 tile stores
+  std::size_t ldq;
+};
+
+template <GgmlType W>
+std::size_t int8_scratch_bytes(std::size_t cols) {
+  const std::size_t nsub = cols / sub_block<W>();
+  return kTile * (cols + 64) + 2 * nsub * kTile * sizeof(float) + 2 * 1024 + 256;
+}
+
+template <GgmlType W>
+Int8Scratch int8_scratch(std::uint8_t* base, std::size_t cols) {
+  const std::size_t nsub = cols / sub_block<W>();
+  Int8Scratch s{};
+  s.ldq = cols + 64;
+  s.tile_out = reinterpret_cast<float*>(base);
+  s.q = reinterpret_cast<std::int8_t*>(base + 2048);
+  s.scale = reinterpret_cast<float*>(base + 2048 + round_up(kTile * s.ldq, 64));
+  s.offset = s.scale + nsub * kTile;
+  return s;
+}
+
+#include "kernels/k_scales.inc"
+
+inline void store32(std::int8_t* dst, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), v); }
+
+// Decodes weight row `n` of the group into signed bytes and per-sub-block scale/offset.
+template <GgmlType W>
+void decode_row(const std::uint8_t* row, std::size_t cols, const Int8Scratch& s, std::size_t n) {
+  std::int8_t* q = s.q + n * s.ldq;
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  if constexpr (W == GgmlType::q8_0) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(row);
+    for (std::size_t i = 0; i < cols / kQk; ++i) {
+      store32(q + i * kQk, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs)));
+      s.scale[i * kTile + n] = fp16_to_fp32(b[i].d);
+    }
+  } else if constexpr (W == GgmlType::q4_0) {
+    const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
+    for (std::size_t i = 0; i < cols / kQk; ++i) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
+      const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), nibble);
+      store32(q + i * kQk, _mm256_sub_epi8(u, _mm256_set1_epi8(8)));
+      s.scale[i * kTile + n] = fp16_to_fp32(b[i].d);
+    }
+  } else if constexpr (W == GgmlType::q4_k || W == GgmlType::q5_k) {
+    using Block = std::conditional_t<W == GgmlType::q4_k, BlockQ4_K, BlockQ5_K>;
+    const auto* b = reinterpret_cast<const Block*>(row);
+    for (std::size_t i = 0; i < cols / kQkK; ++i) {
+      std::uint8_t sm[16];
+      unpack_k4_scales(b[i].scales, sm);
+      const float d = fp16_to_fp32(b[i].d);
+      const float dmin = fp16_to_fp32(b[i].dmin);
+      __m256i qh = _mm256_setzero_si256();
+      if constexpr (W == GgmlType::q5_k) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh));
+      for (int j = 0; j < 4; ++j) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * j));
+        __m256i lo = _mm256_and_si256(v, nibble);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+        if constexpr (W == GgmlType::q5_k) {
+          const __m256i b0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * j)));
+          const __m256i b1 = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
+          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), _mm256_set1_epi8(16)));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), _mm256_set1_epi8(16)));
+        }
+        store32(q + i * kQkK + 64 * j, lo);
+        store32(q + i * kQkK + 64 * j + 32, hi);
+      }
+      for (int j = 0; j < 8; ++j) {
+        s.scale[(i * 8 + j) * kTile + n] = d * sm[j];
+        s.offset[(i * 8 + j) * kTile + n] = -dmin * sm[8 + j];
+      }
+    }
+  } else {
+    const auto* b = reinterpret_cast<const BlockQ6_K*>(row);
+    const __m256i two_bits = _mm256_set1_epi8(0x03);
+    for (std::size_t i = 0; i < cols / kQkK; ++i) {
+      const float d = fp16_to_fp32(b[i].d);
+      for (int h = 0; h < 2; ++h) {
+        const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].ql + 64 * h));
+        const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh + 32 * h));
+        const auto high = [&](int shift) {
+          return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), two_bits), 4);
+        };
+        const __m256i bias = _mm256_set1_epi8(32);
+        std::int8_t* out = q + i * kQkK + 128 * h;
+        store32(out, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql0, nibble), high(0)), bias));
+        store32(out + 32, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql1, nibble), high(2)), bias));
+        store32(out + 64, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), nibble), high(4)), bias));
+        store32(out + 96, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), nibble), high(6)), bias));
+      }
+      for (int g = 0; g < 16; ++g) s.scale[(i * 16 + g) * kTile + n] = d * b[i].scales[g];
+    }
+  }
+}
+
+template <GgmlType W>
+void int8_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t* scratch) {
+  constexpr std::size_t S = sub_block<W>();
+  const std::size_t nsub = c.cols / S;
+  const Int8Scratch s = int8_scratch<W>(scratch, c.cols);
+  TileConfig cfg;
+  // Two sets of {C, A, B} tiles, (0,1,2) and (3,4,5), used by alternate sub-blocks.
+  for (int set = 0; set < 2; ++set) {
+    cfg.rows[3 * set] = kTile;  // C: 16 weight rows x 16 int32
+    cfg.colsb[3 * set] = 64;
+    cfg.rows[3 * set + 1] = kTile;  // A: 16 weight rows x S bytes
+    cfg.colsb[3 * set + 1] = S;
+    cfg.rows[3 * set + 2] = S / 4;  // B: S/4 rows x 16 activations x 4 bytes
+    cfg.colsb[3 * set + 2] = 64;
+  }
+  TileSession session(cfg);
+  auto* const out = reinterpret_cast<std::int32_t*>(s.tile_out);
+  const std::size_t tiles_m = round_up(c.batch, kTile) / kTile;
+
+  for (std::size_t r0 = begin; r0 < end; r0 += kTile) {
+    const std::size_t nrows = std::min(kTile, end - r0);
+    for (std::size_t n = 0; n < kTile; ++n) {
+      if (n < nrows) {
+        decode_row<W>(c.w + (r0 + n) * c.row_bytes, c.cols, s, n);
+      } else {
+        std::memset(s.q + n * s.ldq, 0, c.cols);
+        for (std::size_t j = 0; j < nsub; ++j) s.scale[j * kTile + n] = s.offset[j * kTile + n] = 0;
+      }
+    }
+    for (std::size_t mt = 0; mt < tiles_m; ++mt) {
+      const std::uint8_t* base = c.packed + mt * int8_tile_bytes<W>(c.cols);
+      const auto* xd = reinterpret_cast<const float*>(base + nsub * S * kTile);
+      const float* xs = xd + nsub * kTile;
+      __m512 acc[kTile];
+      for (auto& a : acc) a = _mm512_setzero_ps();
+      // Sub-block j's product is issued one step ahead of its scaling, in the other C tile.
+      const auto multiply = [&](std::size_t j) {
+        if (j % 2 == 0) {
+          _tile_zero(0);
+          _tile_loadd(1, s.q + j * S, static_cast<long>(s.ldq));
+          _tile_loadd(2, base + j * S * kTile, 64);
+          _tile_dpbssd(0, 1, 2);
+          _tile_stored(0, out, 64);
+        } else {
+          _tile_zero(3);
+          _tile_loadd(4, s.q + j * S, static_cast<long>(s.ldq));
+          _tile_loadd(5, base + j * S * kTile, 64);
+          _tile_dpbssd(3, 4, 5);
+          _tile_stored(3, out + 256, 64);
+        }
+      };
+      multiply(0);
+      for (std::size_t j = 0; j < nsub; ++j) {
+        if (j + 1 < nsub) multiply(j + 1);
+        const std::int32_t* tile = out + (j % 2) * 256;
+        const __m512 xdv = _mm512_load_ps(xd + j * kTile);
+        const float* sw = s.scale + j * kTile;
+        for (std::size_t n = 0; n < kTile; ++n) {
+          const __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512(tile + n * 16));
+          acc[n] = _mm512_fmadd_ps(dot, _mm512_mul_ps(xdv, _mm512_set1_ps(sw[n])), acc[n]);
+        }
+        if constexpr (has_offset<W>()) {
+          const __m512 xsv = _mm512_load_ps(xs + j * kTile);
+          const float* ow = s.offset + j * kTile;
+          for (std::size_t n = 0; n < kTile; ++n) acc[n] = _mm512_fmadd_ps(xsv, _mm512_set1_ps(ow[n]), acc[n]);
+        }
+      }
+      alignas(64) float result[kTile][kTile];
+      for (std::size_t n = 0; n < kTile; ++n) _mm512_store_ps(result[n], acc[n]);
+      const std::size_t mcount = std::min(kTile, c.batch - mt * kTile);
+      for (std::size_t m = 0; m < mcount; ++m) {
+        float* y = c.y + (mt * kTile + m) * c.ldy + r0;
+        for (std::size_t n = 0; n < nrows; ++n) y[n] = result[n][m];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// BF16 path (BF16 and F16 weights).
+
+constexpr std::size_t kBf16Rows = 32;  // two A tiles per row group
+
+// Per 16 activations: one B tile (16 rows of 16 bf16 pairs) per 32 columns.
+std::size_t bf16_tile_bytes(std::size_t cols) { return cols / 32 * 1024; }
+std::size_t bf16_packed_bytes(std::size_t batch, std::size_t cols) {
+  return round_up(batch, kTile) / kTile * bf16_tile_bytes(cols);
+}
+
+void bf16_pack(const GemmCall& c, std::size_t begin, std::size_t end) {
+  for (std::size_t tile = begin / kTile; tile < (end + kTile - 1) / kTile; ++tile) {
+    auto* base = reinterpret_cast<std::uint16_t*>(c.packed + tile * bf16_tile_bytes(c.cols));
+    for (std::size_t m = 0; m < kTile; ++m) {
+      const std::size_t row = tile * kTile + m;
+      const float* x = row < c.batch ? c.x + row * c.ldx : nullptr;
+      for (std::size_t k = 0; k < c.cols; k += 2) {
+        // Chunk k/32, tile row (k%32)/2, column m: the pair (x[k], x[k+1]).
+        std::uint16_t* dst = base + (k / 32) * 512 + ((k % 32) / 2) * 32 + 2 * m;
+        dst[0] = x != nullptr ? fp32_to_bf16(x[k]) : 0;
+        dst[1] = x != nullptr ? fp32_to_bf16(x[k + 1]) : 0;
+      }
+    }
+  }
+}
+
+std::size_t bf16_scratch_bytes(std::size_t cols) { return kBf16Rows * (2 * cols + 64) + 4 * 1024 + 64; }
+
+template <GgmlType W>
+void bf16_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t* scratch) {
+  const std::size_t ldw = 2 * c.cols + 64;  // bytes; the pad keeps tile rows off one cache set
+  auto* const out = reinterpret_cast<float*>(scratch);
+  std::uint8_t* const wbuf = scratch + 4 * 1024;
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = kTile;
+    cfg.colsb[t] = 64;
+  }
+  TileSession session(cfg);
+  const std::size_t tiles_m = round_up(c.batch, kTile) / kTile;
+  const std::size_t chunks = c.cols / 32;
+
+  for (std::size_t r0 = begin; r0 < end; r0 += kBf16Rows) {
+    const std::size_t nrows = std::min(kBf16Rows, end - r0);
+    for (std::size_t n = 0; n < kBf16Rows; ++n) {
+      auto* dst = reinterpret_cast<std::uint16_t*>(wbuf + n * ldw);
+      if (n >= nrows) {
+        std::memset(dst, 0, 2 * c.cols);
+        continue;
+      }
+      const std::uint8_t* src = c.w + (r0 + n) * c.row_bytes;
+      if constexpr (W == GgmlType::bf16) {
+        std::memcpy(dst, src, 2 * c.cols);
+      } else {
+        for (std::size_t k = 0; k < c.cols; k += 32) {
+          const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * k)));
+          const __m512 b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * k + 32)));
+          _mm512_storeu_si512(dst + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
+        }
+      }
+    }
+    for (std::size_t mt = 0; mt < tiles_m; mt += 2) {
+      const bool pair = mt + 1 < tiles_m;
+      const std::uint8_t* b0 = c.packed + mt * bf16_tile_bytes(c.cols);
+      const std::uint8_t* b1 = pair ? b0 + bf16_tile_bytes(c.cols) : b0;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (std::size_t k = 0; k < chunks; ++k) {
+        _tile_loadd(4, wbuf + 64 * k, static_cast<long>(ldw));
+        _tile_loadd(5, wbuf + 16 * ldw + 64 * k, static_cast<long>(ldw));
+        _tile_loadd(6, b0 + 1024 * k, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(2, 5, 6);
+        if (pair) {
+          _tile_loadd(7, b1 + 1024 * k, 64);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      _tile_stored(0, out, 64);
+      _tile_stored(1, out + 256, 64);
+      _tile_stored(2, out + 512, 64);
+      _tile_stored(3, out + 768, 64);
+      for (std::size_t half = 0; half < (pair ? 2U : 1U); ++half) {
+        const std::size_t m0 = (mt + half) * kTile;
+        const std::size_t mcount = std::min(kTile, c.batch - m0);
+        for (std::size_t m = 0; m < mcount; ++m) {
+          float* y = c.y + (m0 + m) * c.ldy + r0;
+          for (std::size_t n = 0; n < nrows; ++n) y[n] = out[(n / kTile * 2 + half) * 256 + (n % kTile) * 16 + m];
+        }
+      }
+    }
+  }
+}
+
+template <GgmlType W>
+constexpr GemmKernel int8_kernel() {
+  return GemmKernel{"amx_int8", W, int8_packed_bytes<W>, int8_pack<W>, kTile, int8_rows<W>, kTile,
+                    int8_scratch_bytes<W>};
+}
+template <GgmlType W>
+constexpr GemmKernel bf16_kernel() {
+  return GemmKernel{"amx_bf16", W, bf16_packed_bytes, bf16_pack, kTile, bf16_rows<W>, kBf16Rows, bf16_scratch_bytes};
+}
+
+constexpr std::array kKernels = {
+    bf16_kernel<GgmlType::bf16>(),  bf16_kernel<GgmlType::f16>(),   int8_kernel<GgmlType::q8_0>(),
+    int8_kernel<GgmlType::q4_0>(),  int8_kernel<GgmlType::q4_k>(),  int8_kernel<GgmlType::q5_k>(),
+    int8_kernel<GgmlType::q6_k>(),
+};
+
+}  // namespace
+
+const GemmKernel* amx_gemm_kernel(GgmlType type) {
+  for (const auto& k : kKernels) {
+    if (k.type == type) return &k;
+  }
+  return nullptr;
+}
+
+}  // namespace infercast

@@ -1,0 +1,493 @@
+// AVX-512 kernels (F, BW, VL, DQ; VNNI and BF16 used when the CPU has them, chosen per call).
+// Weight rows stream from memory once per call; up to four activation rows share each decoded
+// weight vector. Integer formats multiply unsigned weight bytes by signed activation bytes
+// (vpdpbusd, or vpmaddubsw + vpmaddwd without VNNI), so 4-bit values never need sign handling.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/gemm_kernels.h"
+#include "kernels/half.h"
+#include "kernels/simd_quantize.h"
+
+namespace infercast {
+namespace {
+
+constexpr std::size_t kMaxNa = 4;  // activation rows per weight pass
+
+// ---------------------------------------------------------------------------------------------
+// Activation quantizers, bit-identical to reference::quantize_q8_0 / quantize_q8_k.
+
+// roundf: half away from zero. t - trunc(t) is exact for |t| < 2^23, so the comparison is too.
+inline __m512 round_half_away(__m512 t) {
+  const __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(t, r));
+  const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5F), _CMP_GE_OQ);
+  const __m512 one = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(_mm512_set1_ps(1.0F)),
+                                                          _mm512_and_si512(_mm512_castps_si512(t), _mm512_set1_epi32(INT32_MIN))));
+  return _mm512_mask_add_ps(r, up, r, one);
+}
+
+void quantize_q8_0_avx512(const float* x, BlockQ8_0* y, std::size_t count) {
+  for (std::size_t b = 0; b < count / kQk; ++b, x += kQk) {
+    const __m512 v0 = _mm512_loadu_ps(x);
+    const __m512 v1 = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    const float d = amax / 127;
+    const float id = d != 0 ? 1.0F / d : 0.0F;
+    y[b].d = fp32_to_fp16(d);
+    const __m512 s = _mm512_set1_ps(id);
+    const __m512i q0 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v0, s)));
+    const __m512i q1 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v1, s)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16), _mm512_cvtepi32_epi8(q1));
+  }
+}
+
+void quantize_q8_k_avx512(const float* x, BlockQ8_K* y, std::size_t count) {
+  for (std::size_t b = 0; b < count / kQkK; ++b, x += kQkK) {
+    __m512 m = _mm512_setzero_ps();
+    for (int i = 0; i < kQkK; i += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+    const float amax = _mm512_reduce_max_ps(m);
+    if (amax == 0) {
+      std::memset(&y[b], 0, sizeof(BlockQ8_K));
+      continue;
+    }
+    // The reference keeps the sign of the first element of largest magnitude.
+    float max = 0;
+    for (int i = 0; i < kQkK; ++i) {
+      if (std::fabs(x[i]) == amax) {
+        max = x[i];
+        break;
+      }
+    }
+    const float iscale = -127.F / max;
+    const __m512 s = _mm512_set1_ps(iscale);
+    for (int i = 0; i < kQkK; i += 16) {
+      // cvtps rounds to nearest even, as the reference's magic-number rounding does.
+      __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), s));
+      q = _mm512_min_epi32(q, _mm512_set1_epi32(127));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + i), _mm512_cvtepi32_epi8(q));
+      y[b].bsums[i / 16] = static_cast<std::int16_t>(_mm512_reduce_add_epi32(q));
+    }
+    y[b].d = 1 / iscale;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Integer dot helpers.
+
+template <bool Vnni>
+inline __m512i dot_u8s8(__m512i acc, __m512i u, __m512i s) {
+  if constexpr (Vnni) {
+    return _mm512_dpbusd_epi32(acc, u, s);
+  } else {
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+  }
+}
+
+template <bool Vnni>
+inline __m512i dot_s16(__m512i acc, __m512i a, __m512i b) {
+  if constexpr (Vnni) {
+    return _mm512_dpwssd_epi32(acc, a, b);
+  } else {
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+  }
+}
+
+inline __m512i load_2x256(const void* lo, const void* hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(static_cast<const __m256i*>(lo))),
+                            _mm256_loadu_si256(static_cast<const __m256i*>(hi)), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q8_0 and Q4_0 weights with Q8_0 activations, two blocks per vector.
+//
+// Packed activations per pair of blocks (192 bytes): the 64 quants in the order the weight
+// kernel produces them, the 16 per-lane activation scales, and (Q4_0) per-lane corrections
+// -8 * sum(x) that turn the unsigned nibble products into signed ones.
+
+constexpr std::size_t kPairBytes = 192;
+
+std::size_t q8_0_packed_row(std::size_t cols) { return round_up((cols / kQk + 1) / 2 * kPairBytes, 64); }
+std::size_t q8_0_packed_bytes(std::size_t batch, std::size_t cols) { return batch * q8_0_packed_row(cols); }
+
+template <GgmlType W>
+void pack_q8_0(const GemmCall& c, std::size_t begin, std::size_t end) {
+  const std::size_t nb = c.cols / kQk;
+  std::vector<BlockQ8_0> blocks(nb + 1);
+  for (std::size_t b = begin; b < end; ++b) {
+    quantize_q8_0_avx512(c.x + b * c.ldx, blocks.data(), c.cols);
+    blocks[nb] = BlockQ8_0{};  // the odd block count's partner is all zeros
+    std::uint8_t* out = c.packed + b * q8_0_packed_row(c.cols);
+    for (std::size_t p = 0; p < (nb + 1) / 2; ++p, out += kPairBytes) {
+      const BlockQ8_0& x0 = blocks[2 * p];
+      const BlockQ8_0& x1 = blocks[2 * p + 1];
+      auto* q = reinterpret_cast<std::int8_t*>(out);
+      auto* scale = reinterpret_cast<float*>(out + 64);
+      auto* corr = reinterpret_cast<std::int32_t*>(out + 128);
+      const float d0 = fp16_to_fp32(x0.d);
+      const float d1 = fp16_to_fp32(x1.d);
+      std::memset(corr, 0, 64);
+      if constexpr (W == GgmlType::q8_0) {
+        std::memcpy(q, x0.qs, 32);
+        std::memcpy(q + 32, x1.qs, 32);
+        for (int i = 0; i < 16; ++i) scale[i] = i < 8 ? d0 : d1;
+      } else {
+        // Q4_0 vectors hold [low nibbles of both blocks | high nibbles of both blocks].
+        std::memcpy(q, x0.qs, 16);
+        std::memcpy(q + 16, x1.qs, 16);
+        std::memcpy(q + 32, x0.qs + 16, 16);
+        std::memcpy(q + 48, x1.qs + 16, 16);
+        for (int i = 0; i < 16; ++i) scale[i] = (i / 4) % 2 == 0 ? d0 : d1;
+        int s0 = 0;
+        int s1 = 0;
+        for (int i = 0; i < 32; ++i) {
+          s0 += x0.qs[i];
+          s1 += x1.qs[i];
+        }
+        corr[0] = -8 * s0;
+        corr[4] = -8 * s1;
+      }
+    }
+  }
+}
+
+inline std::uint64_t repeat4(std::uint16_t h) { return 0x0001000100010001ULL * h; }
+
+template <GgmlType W, bool Vnni, int Na>
+void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
+  using Block = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, BlockQ4_0>;
+  const auto* w = reinterpret_cast<const Block*>(c.w + r * c.row_bytes);
+  const std::size_t nb = c.cols / kQk;
+  const std::size_t row_stride = q8_0_packed_row(c.cols);
+  const std::uint8_t* act[kMaxNa];
+  __m512 acc[kMaxNa];
+  for (int a = 0; a < Na; ++a) {
+    act[a] = c.packed + (b0 + a) * row_stride;
+    acc[a] = _mm512_setzero_ps();
+  }
+  for (std::size_t p = 0; p < (nb + 1) / 2; ++p) {
+    const Block& w0 = w[2 * p];
+    const bool pair = 2 * p + 1 < nb;
+    const std::uint16_t h1 = pair ? w[2 * p + 1].d : 0;
+    __m512i u;
+    __m512 dw;
+    __mmask64 negative = 0;
+    if constexpr (W == GgmlType::q8_0) {
+      const __m512i v = pair ? load_2x256(w0.qs, w[2 * p + 1].qs)
+                             : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w0.qs)));
+      u = _mm512_abs_epi8(v);
+      negative = _mm512_movepi8_mask(v);
+      dw = _mm512_cvtph_ps(_mm256_setr_m128i(_mm_set1_epi16(static_cast<short>(w0.d)),
+                                              _mm_set1_epi16(static_cast<short>(h1))));
+    } else {
+      const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w0.qs));
+      const __m128i q1 = pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[2 * p + 1].qs)) : _mm_setzero_si128();
+      const __m256i v = _mm256_setr_m128i(q0, q1);
+      const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+      u = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      const __m128i h = _mm_set_epi64x(static_cast<long long>(repeat4(h1)), static_cast<long long>(repeat4(w0.d)));
+      dw = _mm512_cvtph_ps(_mm256_broadcastsi128_si256(h));
+    }
+    for (int a = 0; a < Na; ++a) {
+      const std::uint8_t* px = act[a] + p * kPairBytes;
+      __m512i x = _mm512_load_si512(px);
+      if constexpr (W == GgmlType::q8_0) x = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
+      __m512i dot = dot_u8s8<Vnni>(_mm512_setzero_si512(), u, x);
+      if constexpr (W == GgmlType::q4_0) dot = _mm512_add_epi32(dot, _mm512_load_si512(px + 128));
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_load_ps(reinterpret_cast<const float*>(px + 64)));
+      acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[a]);
+    }
+  }
+  for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r] = _mm512_reduce_add_ps(acc[a]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quants with Q8_K activations. Packed activations per super-block (320 bytes): 256 quants,
+// then the float scale and 16 int16 sums. For Q4_K/Q5_K the quants are reordered so that each
+// 64-byte vector matches one nibble plane of two 32-byte weight chunks, and the sums are per
+// sub-block of 32; for Q6_K quants keep their order and the sums are per 16.
+
+constexpr std::size_t kSuperBytes = 320;
+
+std::size_t q8_k_packed_row(std::size_t cols) { return cols / kQkK * kSuperBytes; }
+std::size_t q8_k_packed_bytes(std::size_t batch, std::size_t cols) { return batch * q8_k_packed_row(cols); }
+
+template <GgmlType W>
+void pack_q8_k(const GemmCall& c, std::size_t begin, std::size_t end) {
+  const std::size_t nb = c.cols / kQkK;
+  std::vector<BlockQ8_K> blocks(nb);
+  for (std::size_t b = begin; b < end; ++b) {
+    quantize_q8_k_avx512(c.x + b * c.ldx, blocks.data(), c.cols);
+    std::uint8_t* out = c.packed + b * q8_k_packed_row(c.cols);
+    for (std::size_t s = 0; s < nb; ++s, out += kSuperBytes) {
+      const BlockQ8_K& x = blocks[s];
+      auto* meta_d = reinterpret_cast<float*>(out + 256);
+      auto* sums = reinterpret_cast<std::int16_t*>(out + 256 + 32);
+      *meta_d = x.d;
+      if constexpr (W == GgmlType::q6_k) {
+        std::memcpy(out, x.qs, 256);
+        std::memcpy(sums, x.bsums, 32);
+      } else {
+        // Vector v (0..3) holds the quants of sub-blocks (v/2)*4 + v%2 and that plus two.
+        for (int v = 0; v < 4; ++v) {
+          const int first = (v / 2) * 4 + v % 2;
+          std::memcpy(out + 64 * v, x.qs + 32 * first, 32);
+          std::memcpy(out + 64 * v + 32, x.qs + 32 * (first + 2), 32);
+        }
+        for (int j = 0; j < 8; ++j) sums[j] = static_cast<std::int16_t>(x.bsums[2 * j] + x.bsums[2 * j + 1]);
+        for (int j = 8; j < 16; ++j) sums[j] = 0;
+      }
+    }
+  }
+}
+
+// The eight 6-bit scales (bytes 0..7) and mins (bytes 8..15) of a Q4_K/Q5_K super-block.
+inline __m128i unpack_k4_scales(const std::uint8_t* packed) {
+  std::uint32_t u[4];
+  std::memcpy(u, packed, 12);
+  constexpr std::uint32_t kLow6 = 0x3F3F3F3F;
+  constexpr std::uint32_t kLow4 = 0x0F0F0F0F;
+  constexpr std::uint32_t kLow2 = 0x03030303;
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+  const std::uint32_t mins_low = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  u[2] = mins_low;
+  u[0] &= kLow6;
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+}
+
+// Index vectors for vpermw: int16 lanes 0..15 take scale `a`, lanes 16..31 scale `b`.
+inline __m512i pick2(int a, int b) {
+  alignas(64) std::int16_t idx[32];
+  for (int i = 0; i < 32; ++i) idx[i] = static_cast<std::int16_t>(i < 16 ? a : b);
+  return _mm512_load_si512(idx);
+}
+// Lanes in groups of eight take scales g, g+1, g+2, g+3.
+inline __m512i pick4(int g) {
+  alignas(64) std::int16_t idx[32];
+  for (int i = 0; i < 32; ++i) idx[i] = static_cast<std::int16_t>(g + i / 8);
+  return _mm512_load_si512(idx);
+}
+
+template <GgmlType W, bool Vnni, int Na>
+void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
+  using Block = std::conditional_t<W == GgmlType::q4_k, BlockQ4_K, BlockQ5_K>;
+  const auto* w = reinterpret_cast<const Block*>(c.w + r * c.row_bytes);
+  const std::size_t nb = c.cols / kQkK;
+  const std::size_t row_stride = q8_k_packed_row(c.cols);
+  const __m512i pick[4] = {pick2(0, 2), pick2(1, 3), pick2(4, 6), pick2(5, 7)};
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const std::uint8_t* act[kMaxNa];
+  __m512 acc[kMaxNa];
+  __m128 mins_acc[kMaxNa];
+  for (int a = 0; a < Na; ++a) {
+    act[a] = c.packed + (b0 + a) * row_stride;
+    acc[a] = _mm512_setzero_ps();
+    mins_acc[a] = _mm_setzero_ps();
+  }
+  for (std::size_t s = 0; s < nb; ++s) {
+    const Block& blk = w[s];
+    const __m128i sm = unpack_k4_scales(blk.scales);
+    const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
+    const __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+    const __m512i q01 = _mm512_loadu_si512(blk.qs);
+    const __m512i q23 = _mm512_loadu_si512(blk.qs + 64);
+    __m512i u[4] = {_mm512_and_si512(q01, nibble), _mm512_and_si512(_mm512_srli_epi16(q01, 4), nibble),
+                    _mm512_and_si512(q23, nibble), _mm512_and_si512(_mm512_srli_epi16(q23, 4), nibble)};
+    if constexpr (W == GgmlType::q5_k) {
+      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
+      const __m512i sixteen = _mm512_set1_epi8(16);
+      for (int v = 0; v < 4; ++v) {
+        // Vector v holds sub-blocks first and first+2; their fifth bits are qh bits first, first+2.
+        const int first = (v / 2) * 4 + v % 2;
+        const __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << first)),
+                                                _mm256_set1_epi8(static_cast<char>(1 << (first + 2))), 1);
+        u[v] = _mm512_mask_add_epi8(u[v], _mm512_test_epi8_mask(qh, bits), u[v], sixteen);
+      }
+    }
+    __m512i scales[4];
+    for (int v = 0; v < 4; ++v) scales[v] = _mm512_permutexvar_epi16(pick[v], sc16);
+    const float d = fp16_to_fp32(blk.d);
+    const float dmin = fp16_to_fp32(blk.dmin);
+    for (int a = 0; a < Na; ++a) {
+      const std::uint8_t* px = act[a] + s * kSuperBytes;
+      __m512i isum = _mm512_setzero_si512();
+      for (int v = 0; v < 4; ++v) {
+        const __m512i pairs = _mm512_maddubs_epi16(u[v], _mm512_load_si512(px + 64 * v));
+        isum = dot_s16<Vnni>(isum, pairs, scales[v]);
+      }
+      const float dx = *reinterpret_cast<const float*>(px + 256);
+      acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dx), acc[a]);
+      const __m128i msum = _mm_madd_epi16(m16, _mm_load_si128(reinterpret_cast<const __m128i*>(px + 288)));
+      mins_acc[a] = _mm_fmadd_ps(_mm_cvtepi32_ps(msum), _mm_set1_ps(dmin * dx), mins_acc[a]);
+    }
+  }
+  for (int a = 0; a < Na; ++a) {
+    __m128 m = _mm_add_ps(mins_acc[a], _mm_movehl_ps(mins_acc[a], mins_acc[a]));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    c.y[(b0 + a) * c.ldy + r] = _mm512_reduce_add_ps(acc[a]) - _mm_cvtss_f32(m);
+  }
+}
+
+template <bool Vnni, int Na>
+void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
+  const auto* w = reinterpret_cast<const BlockQ6_K*>(c.w + r * c.row_bytes);
+  const std::size_t nb = c.cols / kQkK;
+  const std::size_t row_stride = q8_k_packed_row(c.cols);
+  const __m512i pick[4] = {pick4(0), pick4(4), pick4(8), pick4(12)};
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i high_bits = _mm512_set1_epi8(0x30);
+  // Per 16-bit lane shift counts moving qh bit pairs 0,2 (low plane) and 4,6 (high plane) to bits 4-5.
+  const __m512i shl_lo = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+  const __m512i shr_hi = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+  const std::uint8_t* act[kMaxNa];
+  __m512 acc[kMaxNa];
+  for (int a = 0; a < Na; ++a) {
+    act[a] = c.packed + (b0 + a) * row_stride;
+    acc[a] = _mm512_setzero_ps();
+  }
+  for (std::size_t s = 0; s < nb; ++s) {
+    const BlockQ6_K& blk = w[s];
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
+    const __m512i sc512 = _mm512_castsi256_si512(sc16);
+    __m512i u[4];
+    __m512i scales[4];
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
+      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h)));
+      const __m512i hlo = _mm512_and_si512(_mm512_sllv_epi16(qh, shl_lo), high_bits);
+      const __m512i hhi = _mm512_and_si512(_mm512_srlv_epi16(qh, shr_hi), high_bits);
+      u[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, nibble), hlo);
+      u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), nibble), hhi);
+      scales[2 * h] = _mm512_permutexvar_epi16(pick[2 * h], sc512);
+      scales[2 * h + 1] = _mm512_permutexvar_epi16(pick[2 * h + 1], sc512);
+    }
+    const float d = fp16_to_fp32(blk.d);
+    for (int a = 0; a < Na; ++a) {
+      const std::uint8_t* px = act[a] + s * kSuperBytes;
+      __m512i isum = _mm512_setzero_si512();
+      for (int v = 0; v < 4; ++v) {
+        const __m512i pairs = _mm512_maddubs_epi16(u[v], _mm512_load_si512(px + 64 * v));
+        isum = dot_s16<Vnni>(isum, pairs, scales[v]);
+      }
+      // Quants were taken unsigned (0..63); subtract 32 * sum_g scale_g * sum(x in group g).
+      const __m256i offset = _mm256_madd_epi16(sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(px + 288)));
+      isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(offset, 5)));
+      const float dx = *reinterpret_cast<const float*>(px + 256);
+      acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dx), acc[a]);
+    }
+  }
+  for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r] = _mm512_reduce_add_ps(acc[a]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float formats: F32 and F16 weights against F32 activations; BF16 either by widening to F32 or,
+// with AVX512-BF16, by vdpbf16ps against the activations split into bf16 high and low parts
+// (x = hi + lo to 16 bits of mantissa, so the product stays at F32-like accuracy).
+
+template <GgmlType W>
+inline __m512 load_weights16(const std::uint8_t* row, std::size_t k, __mmask16 mask) {
+  if constexpr (W == GgmlType::f32) {
+    return _mm512_maskz_loadu_ps(mask, reinterpret_cast<const float*>(row) + k);
+  } else if constexpr (W == GgmlType::f16) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, reinterpret_cast<const std::uint16_t*>(row) + k));
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(mask, reinterpret_cast<const std::uint16_t*>(row) + k);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+template <GgmlType W, int Na>
+void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
+  const std::uint8_t* w = c.w + r * c.row_bytes;
+  __m512 acc[kMaxNa][2];
+  for (int a = 0; a < Na; ++a) acc[a][0] = acc[a][1] = _mm512_setzero_ps();
+  std::size_t k = 0;
+  for (; k + 32 <= c.cols; k += 32) {
+    const __m512 w0 = load_weights16<W>(w, k, 0xFFFF);
+    const __m512 w1 = load_weights16<W>(w, k + 16, 0xFFFF);
+    for (int a = 0; a < Na; ++a) {
+      const float* x = c.x + (b0 + a) * c.ldx + k;
+      acc[a][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), acc[a][0]);
+      acc[a][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), acc[a][1]);
+    }
+  }
+  for (; k < c.cols; k += 16) {
+    const auto mask = static_cast<__mmask16>(c.cols - k >= 16 ? 0xFFFF : (1U << (c.cols - k)) - 1);
+    const __m512 wv = load_weights16<W>(w, k, mask);
+    for (int a = 0; a < Na; ++a) {
+      acc[a][0] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mask, c.x + (b0 + a) * c.ldx + k), acc[a][0]);
+    }
+  }
+  for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[a][0], acc[a][1]));
+}
+
+std::size_t bf16_packed_row(std::size_t cols) { return round_up(cols, 32) * 4; }
+std::size_t bf16_packed_bytes(std::size_t batch, std::size_t cols) { return batch * bf16_packed_row(cols); }
+
+void pack_bf16_split(const GemmCall& c, std::size_t begin, std::size_t end) {
+  const std::size_t padded = round_up(c.cols, 32);
+  for (std::size_t b = begin; b < end; ++b) {
+    auto* hi = reinterpret_cast<std::uint16_t*>(c.packed + b * bf16_packed_row(c.cols));
+    std::uint16_t* lo = hi + padded;
+    const float* x = c.x + b * c.ldx;
+    for (std::size_t k = 0; k < padded; ++k) {
+      const float v = k < c.cols ? x[k] : 0.0F;
+      hi[k] = fp32_to_bf16(v);
+      lo[k] = fp32_to_bf16(v - bf16_to_fp32(hi[k]));
+    }
+  }
+}
+
+template <int Na>
+void row_bf16_dot(const GemmCall& c, std::size_t r, std::size_t b0) {
+  const auto* w = reinterpret_cast<const std::uint16_t*>(c.w + r * c.row_bytes);
+  const std::size_t padded = round_up(c.cols, 32);
+  const std::size_t stride = bf16_packed_row(c.cols) / 2;
+  __m512 acc[kMaxNa][2];
+  for (int a = 0; a < Na; ++a) acc[a][0] = acc[a][1] = _mm512_setzero_ps();
+  for (std::size_t k = 0; k < c.cols; k += 32) {
+    const auto mask = static_cast<__mmask32>(c.cols - k >= 32 ? 0xFFFFFFFFU : (1U << (c.cols - k)) - 1);
+    const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, w + k));
+    for (int a = 0; a < Na; ++a) {
+      const std::uint16_t* hi = reinterpret_cast<const std::uint16_t*>(c.packed) + (b0 + a) * stride + k;
+      acc[a][0] = _mm512_dpbf16_ps(acc[a][0], wv, reinterpret_cast<__m512bh>(_mm512_load_si512(hi)));
+      acc[a][1] = _mm512_dpbf16_ps(acc[a][1], wv, reinterpret_cast<__m512bh>(_mm512_load_si512(hi + padded)));
+    }
+  }
+  for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[a][0], acc[a][1]));
+}
+
+// ---------------------------------------------------------------------------------------------
+template <int Na>
+struct RowBf16Dot {
+  static void run(const GemmCall& c, std::size_t r, std::size_t b) { row_bf16_dot<Na>(c, r, b); }
+};
+
+#include "kernels/gemm_simd_common.inc"
+const PackFns kPack{q8_0_packed_bytes,       pack_q8_0<GgmlType::q8_0>, pack_q8_0<GgmlType::q4_0>,
+                    q8_k_packed_bytes,       pack_q8_k<GgmlType::q4_k>, pack_q8_k<GgmlType::q6_k>};
+const std::array<GemmKernel, 8> kPlain = make_kernels<false>("avx512", kPack);
+const std::array<GemmKernel, 8> kVnni = make_kernels<true>("avx512_vnni", kPack);
+const GemmKernel kBf16Dot{"avx512_bf16", GgmlType::bf16, bf16_packed_bytes, pack_bf16_split, 1,
+                          rows_driver<RowBf16Dot>, 1, nullptr};
+
+const ActivationQuantizers kQuantizers{quantize_q8_0_avx512, quantize_q8_k_avx512};
+
+}  // namespace
+
+const GemmKernel* avx512_gemm_kernel(GgmlType type, const CpuFeatures& cpu) {
+  if (type == GgmlType::bf16 && cpu.avx512_bf16) return &kBf16Dot;
+  return find_in(cpu.avx512_vnni ? kVnni : kPlain, type);
+}
+
+const ActivationQuantizers& avx512_activation_quantizers() { return kQuantizers; }
+
+}  // namespace infercast

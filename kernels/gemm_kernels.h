@@ -1,0 +1,52 @@
+#pragma once
+// Internal contract between the GEMM front (gemm.cpp) and one kernel implementation. A kernel is
+// a row of function pointers, ggml-style: the front packs activations once per call (split by
+// activation rows across threads), lines the threads up, then hands each its output rows.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/blocks.h"
+#include "probes/cpu_features.h"
+
+namespace infercast {
+
+struct GemmCall {
+  const std::uint8_t* w;   // weight rows
+  std::size_t row_bytes;
+  std::size_t rows;
+  std::size_t cols;
+  const float* x;          // activations, batch rows of cols floats, stride ldx
+  std::size_t ldx;
+  std::size_t batch;
+  float* y;                // y[b * ldy + r]
+  std::size_t ldy;
+  std::uint8_t* packed;    // packed_bytes(batch, cols) bytes, 64-byte aligned
+};
+
+struct GemmKernel {
+  const char* name;
+  GgmlType type;
+  // Packed activation size for this kernel (0 when it reads x directly).
+  std::size_t (*packed_bytes)(std::size_t batch, std::size_t cols);
+  // Packs activation rows [begin, end); `begin` is a multiple of pack_step.
+  void (*pack)(const GemmCall& call, std::size_t begin, std::size_t end);
+  std::size_t pack_step;
+  // Computes output rows [begin, end) for every activation row; `begin` is a multiple of row_step.
+  void (*rows)(const GemmCall& call, std::size_t begin, std::size_t end, std::uint8_t* scratch);
+  std::size_t row_step;
+  std::size_t (*scratch_bytes)(std::size_t cols);  // per thread, may be null
+};
+
+// Kernel tables per ISA variant; nullptr where a variant lacks a format. Each lives in its own
+// translation unit compiled for that ISA.
+const GemmKernel* scalar_gemm_kernel(GgmlType type);
+const GemmKernel* avx2_gemm_kernel(GgmlType type, const CpuFeatures& cpu);
+const GemmKernel* avx512_gemm_kernel(GgmlType type, const CpuFeatures& cpu);
+const GemmKernel* amx_gemm_kernel(GgmlType type);
+
+// AMX pays a fixed decode per row group; below this many activation rows AVX-512 is faster.
+inline constexpr std::size_t kAmxMinBatch = 8;
+
+inline std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m; }
+
+}  // namespace infercast

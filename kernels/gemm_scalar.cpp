@@ -1,0 +1,61 @@
+// The scalar reference kernels: activations quantized by the reference quantizers, each output
+// the reference dot product. Slow on purpose: plain code every SIMD path is checked against.
+#include <array>
+
+#include "kernels/formats.h"
+#include "kernels/gemm_kernels.h"
+
+namespace infercast {
+namespace {
+
+std::size_t act_row_bytes(GgmlType weight_type, std::size_t cols) {
+  const auto& f = format_info(weight_type);
+  if (f.activation == GgmlType::f32) return 0;
+  return round_up(format_info(f.activation).row_bytes(cols), 64);
+}
+
+template <GgmlType T>
+std::size_t packed_bytes(std::size_t batch, std::size_t cols) {
+  return batch * act_row_bytes(T, cols);
+}
+
+template <GgmlType T>
+void pack(const GemmCall& c, std::size_t begin, std::size_t end) {
+  const auto& act = format_info(format_info(T).activation);
+  const std::size_t stride = act_row_bytes(T, c.cols);
+  for (std::size_t b = begin; b < end; ++b) act.quantize(c.x + b * c.ldx, c.packed + b * stride, c.cols);
+}
+
+template <GgmlType T>
+void rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t*) {
+  const auto& f = format_info(T);
+  const std::size_t stride = act_row_bytes(T, c.cols);
+  for (std::size_t r = begin; r < end; ++r) {
+    const std::uint8_t* w = c.w + r * c.row_bytes;
+    for (std::size_t b = 0; b < c.batch; ++b) {
+      const void* x = stride == 0 ? static_cast<const void*>(c.x + b * c.ldx) : c.packed + b * stride;
+      c.y[b * c.ldy + r] = f.dot(w, x, c.cols);
+    }
+  }
+}
+
+template <GgmlType T>
+constexpr GemmKernel kernel() {
+  return GemmKernel{"scalar", T, packed_bytes<T>, pack<T>, 1, rows<T>, 1, nullptr};
+}
+
+constexpr std::array kKernels = {
+    kernel<GgmlType::f32>(),  kernel<GgmlType::f16>(),  kernel<GgmlType::bf16>(), kernel<GgmlType::q8_0>(),
+    kernel<GgmlType::q4_0>(), kernel<GgmlType::q4_k>(), kernel<GgmlType::q5_k>(), kernel<GgmlType::q6_k>(),
+};
+
+}  // namespace
+
+const GemmKernel* scalar_gemm_kernel(GgmlType type) {
+  for (const auto& k : kKernels) {
+    if (k.type == type) return &k;
+  }
+  return nullptr;
+}
+
+}  // namespace infercast

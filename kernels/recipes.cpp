@@ -1,0 +1,58 @@
+#include "kernels/recipes.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+namespace infercast {
+namespace {
+
+// Both recipes keep the output head and the value and down projections of the sensitive layers
+// at Q6_K; the rest takes the base type (llama.cpp's choice for dense llama-family models).
+constexpr std::array kQ4KMRules = {
+    RecipeRule{"output.weight", LayerSelector::all, GgmlType::q6_k},
+    RecipeRule{"attn_v.weight", LayerSelector::more_bits, GgmlType::q6_k},
+    RecipeRule{"ffn_down.weight", LayerSelector::more_bits, GgmlType::q6_k},
+    RecipeRule{"ffn_down_exps.weight", LayerSelector::more_bits, GgmlType::q6_k},
+};
+constexpr std::array kQ5KMRules = kQ4KMRules;
+
+const std::array kRecipes = {
+    Recipe{"Q4_K_M", GgmlType::q4_k, kQ4KMRules},
+    Recipe{"Q5_K_M", GgmlType::q5_k, kQ5KMRules},
+};
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+bool uses_more_bits(int layer, int layers) {
+  return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
+}
+
+std::span<const Recipe> recipes() { return kRecipes; }
+
+const Recipe* find_recipe(std::string_view name) {
+  for (const auto& r : kRecipes) {
+    if (r.name.size() == name.size() &&
+        std::equal(name.begin(), name.end(), r.name.begin(), [](char a, char b) {
+          return std::toupper(static_cast<unsigned char>(a)) == std::toupper(static_cast<unsigned char>(b));
+        })) {
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+GgmlType recipe_type(const Recipe& recipe, std::string_view tensor_name, bool is_matrix, int layer, int layers) {
+  if (!is_matrix) return GgmlType::f32;
+  for (const auto& rule : recipe.rules) {
+    if (!ends_with(tensor_name, rule.tensor_suffix)) continue;
+    if (rule.layers == LayerSelector::all || uses_more_bits(layer, layers)) return rule.type;
+  }
+  return recipe.base;
+}
+
+}  // namespace infercast

@@ -1,0 +1,181 @@
+// Every kernel path the machine supports against the scalar reference, on random data and on
+// the edge cases of each format.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernel_test_data.h"
+#include "kernels/formats.h"
+#include "kernels/gemm.h"
+#include "kernels/thread_pool.h"
+#include "probes/error.h"
+
+namespace infercast {
+namespace {
+
+using testing::Pattern;
+
+struct Case {
+  GgmlType type;
+  std::size_t rows;
+  std::size_t cols;
+  std::size_t batch;
+  Pattern pattern;
+};
+
+std::vector<IsaLevel> supported_levels() {
+  std::vector<IsaLevel> levels;
+  for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) levels.push_back(static_cast<IsaLevel>(l));
+  return levels;
+}
+
+struct Result {
+  std::vector<float> y;
+  std::vector<float> magnitude;  // sum_k |w_k x_k| per output, the scale of its rounding error
+  std::string kernel;
+};
+
+// The host's features, and the host with VNNI and BF16 masked off: the variants an older CPU gets.
+std::vector<CpuFeatures> feature_variants() {
+  CpuFeatures older = host_cpu();
+  older.avx512_vnni = older.avx_vnni = older.avx512_bf16 = false;
+  return {host_cpu(), older};
+}
+
+Result run(const Case& c, IsaLevel level, unsigned threads, const CpuFeatures& features = host_cpu()) {
+  const auto& f = format_info(c.type);
+  const std::vector<float> w = testing::pattern(c.pattern, c.rows * c.cols, static_cast<std::size_t>(f.block_elems) * 8 > c.cols ? c.cols : static_cast<std::size_t>(f.block_elems), 17 + c.rows);
+  std::vector<float> x = testing::gaussian(c.batch * c.cols, 99 + c.batch);
+  if (c.pattern == Pattern::outlier_per_block) x[c.cols / 2] = 25.0F;
+  std::vector<std::uint8_t> q(f.row_bytes(c.cols) * c.rows);
+  for (std::size_t r = 0; r < c.rows; ++r) f.quantize(w.data() + r * c.cols, q.data() + r * f.row_bytes(c.cols), c.cols);
+  std::vector<float> deq(c.cols);
+  Result out;
+  out.magnitude.assign(c.batch * c.rows, 0.0F);
+  for (std::size_t r = 0; r < c.rows; ++r) {
+    f.dequantize(q.data() + r * f.row_bytes(c.cols), deq.data(), c.cols);
+    for (std::size_t b = 0; b < c.batch; ++b) {
+      double m = 0;
+      for (std::size_t k = 0; k < c.cols; ++k) m += std::fabs(static_cast<double>(deq[k]) * static_cast<double>(x[b * c.cols + k]));
+      out.magnitude[b * c.rows + r] = static_cast<float>(m);
+    }
+  }
+  GemmContext ctx(threads, level, features);
+  const WeightView view = make_weight_view(c.type, q.data(), c.rows, c.cols);
+  out.y.assign(c.batch * c.rows, NAN);
+  out.kernel = ctx.kernel_name(c.type, c.batch, c.cols);
+  ctx.gemm(view, x.data(), c.batch, out.y.data());
+  return out;
+}
+
+// Integer paths differ from the reference only in float summation order (and FMA), so the error
+// is a few ulps of the accumulated magnitude. BF16 tiles round activations (and F16 weights) to
+// 8-bit mantissas, an error of at most 2^-8 of the magnitude.
+float tolerance(const std::string& kernel, GgmlType type, float magnitude) {
+  if (kernel == "amx_bf16") return 0x1.0p-8F * magnitude + 1e-6F;
+  (void)type;
+  return 2e-5F * magnitude + 1e-6F;
+}
+
+void check_all_levels(const Case& c) {
+  const Result ref = run(c, IsaLevel::scalar, 1);
+  for (IsaLevel level : supported_levels()) {
+    // Host features on one thread, the older-CPU variants on two: both splits, both variants.
+    for (unsigned variant = 0; variant < 2; ++variant) {
+      const unsigned threads = variant + 1;
+      const Result got = run(c, level, threads, feature_variants()[variant]);
+      for (std::size_t i = 0; i < ref.y.size(); ++i) {
+        ASSERT_NEAR(got.y[i], ref.y[i], tolerance(got.kernel, c.type, ref.magnitude[i]))
+            << format_info(c.type).name << " kernel " << got.kernel << " level " << to_string(level) << " rows "
+            << c.rows << " cols " << c.cols << " batch " << c.batch << " threads " << threads << " output " << i;
+      }
+    }
+  }
+}
+
+class GemmAllFormats : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(GemmAllFormats, RandomWeightsEveryBatchShape) {
+  const GgmlType t = GetParam();
+  const std::size_t block = static_cast<std::size_t>(format_info(t).block_elems);
+  const std::size_t cols = block == 1 ? 96 : (block == 32 ? 96 : 512);  // three Q8_0 blocks: odd pair count
+  for (std::size_t batch : {1U, 2U, 3U, 4U, 5U, 8U, 16U, 17U, 33U}) check_all_levels({t, 37, cols, batch, Pattern::gaussian});
+}
+
+TEST_P(GemmAllFormats, EdgeCases) {
+  const GgmlType t = GetParam();
+  const std::size_t block = static_cast<std::size_t>(format_info(t).block_elems);
+  const std::size_t cols = block == 1 ? 256 : 512;
+  for (Pattern p : {Pattern::zero_blocks, Pattern::outlier_per_block, Pattern::extreme}) {
+    for (std::size_t batch : {1U, 9U, 32U}) check_all_levels({t, 48, cols, batch, p});
+  }
+}
+
+TEST_P(GemmAllFormats, RowLengthNotAMultipleOfTheVector) {
+  const GgmlType t = GetParam();
+  if (format_info(t).block_elems != 1) GTEST_SKIP() << "block formats come in whole blocks";
+  for (std::size_t cols : {1U, 7U, 33U, 100U}) {
+    for (std::size_t batch : {1U, 5U, 16U}) check_all_levels({t, 19, cols, batch, Pattern::gaussian});
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, GemmAllFormats, ::testing::ValuesIn(weight_formats().begin(), weight_formats().end()),
+                         [](const ::testing::TestParamInfo<GgmlType>& p) { return std::string(format_info(p.param).name); });
+
+TEST(GemmDispatch, LevelsPickTheirKernels) {
+  const IsaLevel best = max_supported_level(host_cpu());
+  EXPECT_EQ(GemmContext(1, IsaLevel::scalar).kernel_name(GgmlType::q4_0, 1, 4096), "scalar");
+  if (best >= IsaLevel::avx2) {
+    EXPECT_EQ(GemmContext(1, IsaLevel::avx2).kernel_name(GgmlType::q4_0, 1, 4096).substr(0, 4), "avx2");
+  }
+  if (best >= IsaLevel::amx) {
+    GemmContext amx(1, IsaLevel::amx);
+    EXPECT_EQ(amx.kernel_name(GgmlType::q4_k, 64, 4096), "amx_int8");
+    EXPECT_EQ(amx.kernel_name(GgmlType::bf16, 64, 4096), "amx_bf16");
+    EXPECT_EQ(amx.kernel_name(GgmlType::q4_k, 1, 4096).substr(0, 6), "avx512");  // GEMV stays on AVX-512
+    EXPECT_EQ(amx.kernel_name(GgmlType::f32, 64, 4096).substr(0, 6), "avx512");  // no F32 tiles
+  }
+  // A request above the machine is lowered, never honoured.
+  EXPECT_LE(GemmContext(1, IsaLevel::amx).level(), best);
+}
+
+TEST(GemmValidation, RejectsShapesTheFormatCannotHold) {
+  std::vector<std::uint8_t> data(1 << 16);
+  GemmContext ctx(1);
+  std::vector<float> x(512), y(8);
+  EXPECT_THROW(ctx.gemm(WeightView{GgmlType::q4_k, data.data(), 1, 100, 100}, x.data(), 1, y.data()), UsageError);
+  EXPECT_THROW(ctx.gemm(WeightView{GgmlType::q8_0, data.data(), 1, 64, 10}, x.data(), 1, y.data()), UsageError);
+  EXPECT_THROW(ctx.gemm(WeightView{GgmlType::q8_k, data.data(), 1, 256, 292}, x.data(), 1, y.data()), UsageError);
+  EXPECT_THROW(ctx.gemm(WeightView{GgmlType::f32, nullptr, 1, 16, 64}, x.data(), 1, y.data()), UsageError);
+}
+
+TEST(ThreadPool, SplitRowsCoversEveryRowOnceInSteps) {
+  for (std::size_t rows : {0U, 1U, 15U, 16U, 17U, 4096U, 4097U}) {
+    for (std::size_t step : {1U, 16U, 32U}) {
+      for (unsigned members : {1U, 2U, 3U, 7U}) {
+        std::size_t next = 0;
+        for (unsigned m = 0; m < members; ++m) {
+          const RowRange r = split_rows(rows, step, m, members);
+          ASSERT_EQ(r.begin, next);
+          if (r.end < rows) {
+            ASSERT_EQ((r.end - r.begin) % step, 0U);
+          }
+          next = r.end;
+        }
+        ASSERT_EQ(next, rows);
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, RunsEveryMemberAndReusesThreads) {
+  ThreadPool pool(2);
+  std::vector<int> hits(pool.size(), 0);
+  for (int i = 0; i < 100; ++i) pool.run([&](unsigned m) { ++hits[m]; });
+  for (int h : hits) EXPECT_EQ(h, 100);
+}
+
+}  // namespace
+}  // namespace infercast
