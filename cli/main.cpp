@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "cli/kernels_command.h"
 #include "cli/probe_command.h"
 #include "probes/error.h"
 
@@ -19,6 +20,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_status = 0;
   infercast::cli::add_probe_command(app, exit_status);
+  infercast::cli::add_kernels_command(app, exit_status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

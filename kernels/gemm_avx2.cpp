@@ -153,132 +153,165 @@ struct Activations {
   }
 };
 
+template <class Block, int Nr>
+struct WeightRows {
+  const Block* row[Nr];
+  WeightRows(const GemmCall& c, std::size_t r) {
+    for (int i = 0; i < Nr; ++i) row[i] = reinterpret_cast<const Block*>(c.w + (r + i) * c.row_bytes);
+  }
+};
+
+template <int Nr, int Na>
+void store_sums(const GemmCall& c, std::size_t r, std::size_t b0, const __m256 (&acc)[Nr][kMaxNa]) {
+  for (int i = 0; i < Nr; ++i) {
+    for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r + i] = hsum(acc[i][a]);
+  }
+}
+
 // Q8_0 and Q4_0: signed weights, the sign moved onto the activations (vpsignb) so the product
 // is unsigned x signed.
-template <GgmlType W, bool Vnni, int Na>
+template <GgmlType W, bool Vnni, int Nr, int Na>
 void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
   using Block = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, BlockQ4_0>;
-  const auto* w = reinterpret_cast<const Block*>(c.w + r * c.row_bytes);
+  const WeightRows<Block, Nr> w(c, r);
   const Activations<BlockQ8_0, Na> act(c, b0);
-  __m256 acc[kMaxNa];
-  for (int a = 0; a < Na; ++a) acc[a] = _mm256_setzero_ps();
+  __m256 acc[Nr][kMaxNa];
+  for (auto& row : acc) {
+    for (auto& v : row) v = _mm256_setzero_ps();
+  }
   for (std::size_t b = 0; b < c.cols / kQk; ++b) {
-    __m256i v;
-    if constexpr (W == GgmlType::q8_0) {
-      v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
-    } else {
-      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
-      v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-      v = _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
-    }
-    const __m256i u = _mm256_sign_epi8(v, v);
-    const float dw = fp16_to_fp32(w[b].d);
-    for (int a = 0; a < Na; ++a) {
-      const BlockQ8_0& x = act.row[a][b];
-      const __m256i s = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs)), v);
-      const __m256i dot = dot_u8s8<Vnni>(_mm256_setzero_si256(), u, s);
-      acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * fp16_to_fp32(x.d)), acc[a]);
+    for (int i = 0; i < Nr; ++i) {
+      const Block& blk = w.row[i][b];
+      __m256i v;
+      if constexpr (W == GgmlType::q8_0) {
+        v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
+      } else {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs));
+        v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+        v = _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+      }
+      const __m256i u = _mm256_sign_epi8(v, v);
+      const float dw = fp16_to_fp32(blk.d);
+      for (int a = 0; a < Na; ++a) {
+        const BlockQ8_0& x = act.row[a][b];
+        const __m256i s = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs)), v);
+        const __m256i dot = dot_u8s8<Vnni>(_mm256_setzero_si256(), u, s);
+        acc[i][a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * fp16_to_fp32(x.d)), acc[i][a]);
+      }
     }
   }
-  for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r] = hsum(acc[a]);
+  store_sums<Nr, Na>(c, r, b0, acc);
 }
 
-template <GgmlType W, bool Vnni, int Na>
+template <GgmlType W, bool Vnni, int Nr, int Na>
 void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
   using Block = std::conditional_t<W == GgmlType::q4_k, BlockQ4_K, BlockQ5_K>;
-  const auto* w = reinterpret_cast<const Block*>(c.w + r * c.row_bytes);
+  const WeightRows<Block, Nr> w(c, r);
   const Activations<BlockQ8_K, Na> act(c, b0);
   const __m256i nibble = _mm256_set1_epi8(0x0F);
-  __m256 acc[kMaxNa];
-  __m128 mins_acc[kMaxNa];
-  for (int a = 0; a < Na; ++a) {
-    acc[a] = _mm256_setzero_ps();
-    mins_acc[a] = _mm_setzero_ps();
+  __m256 acc[Nr][kMaxNa];
+  __m128 mins_acc[Nr][kMaxNa];
+  for (int i = 0; i < Nr; ++i) {
+    for (int a = 0; a < Na; ++a) {
+      acc[i][a] = _mm256_setzero_ps();
+      mins_acc[i][a] = _mm_setzero_ps();
+    }
   }
   for (std::size_t s = 0; s < c.cols / kQkK; ++s) {
-    const Block& blk = w[s];
-    alignas(16) std::uint8_t sm[16];
-    unpack_k4_scales(blk.scales, sm);
-    const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
-    __m256i u[8];
-    for (int j = 0; j < 4; ++j) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * j));
-      u[2 * j] = _mm256_and_si256(q, nibble);
-      u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), nibble);
-    }
-    if constexpr (W == GgmlType::q5_k) {
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh));
-      for (int j = 0; j < 8; ++j) {
-        const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
-        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
-        u[j] = _mm256_or_si256(u[j], _mm256_and_si256(set, _mm256_set1_epi8(16)));
+    for (int i = 0; i < Nr; ++i) {
+      const Block& blk = w.row[i][s];
+      alignas(16) std::uint8_t sm[16];
+      unpack_k4_scales(blk.scales, sm);
+      const __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sm + 8)));
+      __m256i u[8];
+      for (int j = 0; j < 4; ++j) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * j));
+        u[2 * j] = _mm256_and_si256(q, nibble);
+        u[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), nibble);
       }
-    }
-    const float d = fp16_to_fp32(blk.d);
-    const float dmin = fp16_to_fp32(blk.dmin);
-    for (int a = 0; a < Na; ++a) {
-      const BlockQ8_K& x = act.row[a][s];
-      __m256i isum = _mm256_setzero_si256();
-      for (int j = 0; j < 8; ++j) {
-        const __m256i pairs = _mm256_maddubs_epi16(u[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j)));
-        isum = dot_s16<Vnni>(isum, pairs, _mm256_set1_epi16(sm[j]));
+      if constexpr (W == GgmlType::q5_k) {
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh));
+        for (int j = 0; j < 8; ++j) {
+          const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
+          const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+          u[j] = _mm256_or_si256(u[j], _mm256_and_si256(set, _mm256_set1_epi8(16)));
+        }
       }
-      acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * x.d), acc[a]);
-      const __m128i sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums)),
-                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums + 8)));
-      mins_acc[a] = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(m16, sums)), _mm_set1_ps(dmin * x.d), mins_acc[a]);
+      const float d = fp16_to_fp32(blk.d);
+      const float dmin = fp16_to_fp32(blk.dmin);
+      for (int a = 0; a < Na; ++a) {
+        const BlockQ8_K& x = act.row[a][s];
+        __m256i isum = _mm256_setzero_si256();
+        for (int j = 0; j < 8; ++j) {
+          const __m256i pairs =
+              _mm256_maddubs_epi16(u[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * j)));
+          isum = dot_s16<Vnni>(isum, pairs, _mm256_set1_epi16(sm[j]));
+        }
+        acc[i][a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * x.d), acc[i][a]);
+        const __m128i sums = _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums)),
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.bsums + 8)));
+        mins_acc[i][a] =
+            _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(m16, sums)), _mm_set1_ps(dmin * x.d), mins_acc[i][a]);
+      }
     }
   }
-  for (int a = 0; a < Na; ++a) {
-    __m128 m = _mm_add_ps(mins_acc[a], _mm_movehl_ps(mins_acc[a], mins_acc[a]));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    c.y[(b0 + a) * c.ldy + r] = hsum(acc[a]) - _mm_cvtss_f32(m);
+  for (int i = 0; i < Nr; ++i) {
+    for (int a = 0; a < Na; ++a) {
+      __m128 m = _mm_add_ps(mins_acc[i][a], _mm_movehl_ps(mins_acc[i][a], mins_acc[i][a]));
+      m = _mm_add_ss(m, _mm_movehdup_ps(m));
+      c.y[(b0 + a) * c.ldy + r + i] = hsum(acc[i][a]) - _mm_cvtss_f32(m);
+    }
   }
 }
 
-template <bool Vnni, int Na>
+template <bool Vnni, int Nr, int Na>
 void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
-  const auto* w = reinterpret_cast<const BlockQ6_K*>(c.w + r * c.row_bytes);
+  const WeightRows<BlockQ6_K, Nr> w(c, r);
   const Activations<BlockQ8_K, Na> act(c, b0);
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   const __m256i two_bits = _mm256_set1_epi8(0x03);
-  __m256 acc[kMaxNa];
-  for (int a = 0; a < Na; ++a) acc[a] = _mm256_setzero_ps();
+  __m256 acc[Nr][kMaxNa];
+  for (auto& row : acc) {
+    for (auto& v : row) v = _mm256_setzero_ps();
+  }
   for (std::size_t s = 0; s < c.cols / kQkK; ++s) {
-    const BlockQ6_K& blk = w[s];
-    __m256i u[8];
-    __m256i scales[8];
-    for (int h = 0; h < 2; ++h) {
-      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * h));
-      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * h + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
-      const auto high = [&](int shift) {
-        return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), two_bits), 4);
-      };
-      u[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(ql0, nibble), high(0));
-      u[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, nibble), high(2));
-      u[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), nibble), high(4));
-      u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), nibble), high(6));
-      for (int k = 0; k < 4; ++k) {
-        const int g = 8 * h + 2 * k;
-        scales[4 * h + k] = _mm256_set_m128i(_mm_set1_epi16(blk.scales[g + 1]), _mm_set1_epi16(blk.scales[g]));
+    for (int i = 0; i < Nr; ++i) {
+      const BlockQ6_K& blk = w.row[i][s];
+      __m256i u[8];
+      __m256i scales[8];
+      for (int h = 0; h < 2; ++h) {
+        const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * h));
+        const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.ql + 64 * h + 32));
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h));
+        const auto high = [&](int shift) {
+          return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), two_bits), 4);
+        };
+        u[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(ql0, nibble), high(0));
+        u[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(ql1, nibble), high(2));
+        u[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), nibble), high(4));
+        u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), nibble), high(6));
+        for (int k = 0; k < 4; ++k) {
+          const int g = 8 * h + 2 * k;
+          scales[4 * h + k] = _mm256_set_m128i(_mm_set1_epi16(blk.scales[g + 1]), _mm_set1_epi16(blk.scales[g]));
+        }
       }
-    }
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
-    const float d = fp16_to_fp32(blk.d);
-    for (int a = 0; a < Na; ++a) {
-      const BlockQ8_K& x = act.row[a][s];
-      __m256i isum = _mm256_setzero_si256();
-      for (int v = 0; v < 8; ++v) {
-        const __m256i pairs = _mm256_maddubs_epi16(u[v], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * v)));
-        isum = dot_s16<Vnni>(isum, pairs, scales[v]);
+      const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
+      const float d = fp16_to_fp32(blk.d);
+      for (int a = 0; a < Na; ++a) {
+        const BlockQ8_K& x = act.row[a][s];
+        __m256i isum = _mm256_setzero_si256();
+        for (int v = 0; v < 8; ++v) {
+          const __m256i pairs =
+              _mm256_maddubs_epi16(u[v], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * v)));
+          isum = dot_s16<Vnni>(isum, pairs, scales[v]);
+        }
+        const __m256i offset = _mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums)));
+        isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(offset, 5));
+        acc[i][a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * x.d), acc[i][a]);
       }
-      const __m256i offset = _mm256_madd_epi16(sc16, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums)));
-      isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(offset, 5));
-      acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(d * x.d), acc[a]);
     }
   }
-  for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r] = hsum(acc[a]);
+  store_sums<Nr, Na>(c, r, b0, acc);
 }
 
 template <GgmlType W>
@@ -304,31 +337,36 @@ inline float weight_at(const std::uint8_t* row, std::size_t k) {
   }
 }
 
-template <GgmlType W, int Na>
+template <GgmlType W, int Nr, int Na>
 void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
-  const std::uint8_t* w = c.w + r * c.row_bytes;
-  __m256 acc[kMaxNa][2];
-  for (int a = 0; a < Na; ++a) acc[a][0] = acc[a][1] = _mm256_setzero_ps();
+  const std::uint8_t* rows[Nr];
+  for (int i = 0; i < Nr; ++i) rows[i] = c.w + (r + i) * c.row_bytes;
+  __m256 acc[Nr][kMaxNa];
+  for (auto& row : acc) {
+    for (auto& v : row) v = _mm256_setzero_ps();
+  }
   std::size_t k = 0;
-  for (; k + 16 <= c.cols; k += 16) {
-    const __m256 w0 = load_weights8<W>(w, k);
-    const __m256 w1 = load_weights8<W>(w, k + 8);
-    for (int a = 0; a < Na; ++a) {
-      const float* x = c.x + (b0 + a) * c.ldx + k;
-      acc[a][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), acc[a][0]);
-      acc[a][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), acc[a][1]);
+  for (; k + 8 <= c.cols; k += 8) {
+    __m256 x[kMaxNa];
+    for (int a = 0; a < Na; ++a) x[a] = _mm256_loadu_ps(c.x + (b0 + a) * c.ldx + k);
+    for (int i = 0; i < Nr; ++i) {
+      const __m256 wv = load_weights8<W>(rows[i], k);
+      for (int a = 0; a < Na; ++a) acc[i][a] = _mm256_fmadd_ps(wv, x[a], acc[i][a]);
     }
   }
-  for (int a = 0; a < Na; ++a) {
-    float sum = hsum(_mm256_add_ps(acc[a][0], acc[a][1]));
-    for (std::size_t t = k; t < c.cols; ++t) sum += weight_at<W>(w, t) * c.x[(b0 + a) * c.ldx + t];
-    c.y[(b0 + a) * c.ldy + r] = sum;
+  for (int i = 0; i < Nr; ++i) {
+    for (int a = 0; a < Na; ++a) {
+      float sum = hsum(acc[i][a]);
+      for (std::size_t t = k; t < c.cols; ++t) sum += weight_at<W>(rows[i], t) * c.x[(b0 + a) * c.ldx + t];
+      c.y[(b0 + a) * c.ldy + r + i] = sum;
+    }
   }
 }
 
 #include "kernels/gemm_simd_common.inc"
 
-const PackFns kPack{packed_bytes<BlockQ8_0>, pack_q8_0, pack_q8_0, packed_bytes<BlockQ8_K>, pack_q8_k, pack_q8_k};
+const PackFns kPack{packed_bytes<BlockQ8_0>, pack_q8_0, packed_bytes<BlockQ8_0>, pack_q8_0,
+                    packed_bytes<BlockQ8_K>, pack_q8_k, pack_q8_k};
 const std::array<GemmKernel, 8> kPlain = make_kernels<false>("avx2", kPack);
 const std::array<GemmKernel, 8> kVnni = make_kernels<true>("avx2_vnni", kPack);
 const ActivationQuantizers kQuantizers{quantize_q8_0_avx2, quantize_q8_k_avx2};

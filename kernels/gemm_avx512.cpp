@@ -105,107 +105,142 @@ inline __m512i load_2x256(const void* lo, const void* hi) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Q8_0 and Q4_0 weights with Q8_0 activations, two blocks per vector.
+// Q8_0 and Q4_0 weights with Q8_0 activations. Q8_0 takes two blocks per vector; Q4_0 four (one
+// per 128-bit lane: low nibbles in one vector, high nibbles in another), and the four fp16
+// scales come out of one permute of the bytes already loaded.
 //
-// Packed activations per pair of blocks (192 bytes): the 64 quants in the order the weight
-// kernel produces them, the 16 per-lane activation scales, and (Q4_0) per-lane corrections
-// -8 * sum(x) that turn the unsigned nibble products into signed ones.
+// Packed activations per group (Q8_0: 2 blocks in 192 bytes, Q4_0: 4 blocks in 256 bytes): the
+// quants in the order the weight vectors hold them, 16 per-lane activation scales, and (Q4_0)
+// per-lane corrections -8 * sum(x) that turn the unsigned nibble products into signed ones.
 
-constexpr std::size_t kPairBytes = 192;
-
-std::size_t q8_0_packed_row(std::size_t cols) { return round_up((cols / kQk + 1) / 2 * kPairBytes, 64); }
-std::size_t q8_0_packed_bytes(std::size_t batch, std::size_t cols) { return batch * q8_0_packed_row(cols); }
+template <GgmlType W>
+constexpr std::size_t group_blocks() {
+  return W == GgmlType::q8_0 ? 2 : 4;
+}
+template <GgmlType W>
+constexpr std::size_t group_bytes() {
+  return W == GgmlType::q8_0 ? 192 : 256;
+}
+template <GgmlType W>
+std::size_t q8_0_packed_row(std::size_t cols) {
+  const std::size_t groups = (cols / kQk + group_blocks<W>() - 1) / group_blocks<W>();
+  return groups * group_bytes<W>();
+}
+template <GgmlType W>
+std::size_t q8_0_packed_bytes(std::size_t batch, std::size_t cols) {
+  return batch * q8_0_packed_row<W>(cols);
+}
 
 template <GgmlType W>
 void pack_q8_0(const GemmCall& c, std::size_t begin, std::size_t end) {
+  constexpr std::size_t G = group_blocks<W>();
   const std::size_t nb = c.cols / kQk;
-  std::vector<BlockQ8_0> blocks(nb + 1);
+  const std::size_t groups = (nb + G - 1) / G;
+  std::vector<BlockQ8_0> blocks(groups * G);
   for (std::size_t b = begin; b < end; ++b) {
+    std::fill(blocks.begin(), blocks.end(), BlockQ8_0{});  // a partial last group pairs with zeros
     quantize_q8_0_avx512(c.x + b * c.ldx, blocks.data(), c.cols);
-    blocks[nb] = BlockQ8_0{};  // the odd block count's partner is all zeros
-    std::uint8_t* out = c.packed + b * q8_0_packed_row(c.cols);
-    for (std::size_t p = 0; p < (nb + 1) / 2; ++p, out += kPairBytes) {
-      const BlockQ8_0& x0 = blocks[2 * p];
-      const BlockQ8_0& x1 = blocks[2 * p + 1];
+    std::uint8_t* out = c.packed + b * q8_0_packed_row<W>(c.cols);
+    for (std::size_t g = 0; g < groups; ++g, out += group_bytes<W>()) {
+      const BlockQ8_0* x = &blocks[g * G];
       auto* q = reinterpret_cast<std::int8_t*>(out);
-      auto* scale = reinterpret_cast<float*>(out + 64);
-      auto* corr = reinterpret_cast<std::int32_t*>(out + 128);
-      const float d0 = fp16_to_fp32(x0.d);
-      const float d1 = fp16_to_fp32(x1.d);
-      std::memset(corr, 0, 64);
       if constexpr (W == GgmlType::q8_0) {
-        std::memcpy(q, x0.qs, 32);
-        std::memcpy(q + 32, x1.qs, 32);
-        for (int i = 0; i < 16; ++i) scale[i] = i < 8 ? d0 : d1;
+        auto* scale = reinterpret_cast<float*>(out + 64);
+        std::memcpy(q, x[0].qs, 32);
+        std::memcpy(q + 32, x[1].qs, 32);
+        for (int i = 0; i < 16; ++i) scale[i] = fp16_to_fp32(x[i / 8].d);
+        std::memset(out + 128, 0, 64);
       } else {
-        // Q4_0 vectors hold [low nibbles of both blocks | high nibbles of both blocks].
-        std::memcpy(q, x0.qs, 16);
-        std::memcpy(q + 16, x1.qs, 16);
-        std::memcpy(q + 32, x0.qs + 16, 16);
-        std::memcpy(q + 48, x1.qs + 16, 16);
-        for (int i = 0; i < 16; ++i) scale[i] = (i / 4) % 2 == 0 ? d0 : d1;
-        int s0 = 0;
-        int s1 = 0;
-        for (int i = 0; i < 32; ++i) {
-          s0 += x0.qs[i];
-          s1 += x1.qs[i];
+        auto* scale = reinterpret_cast<float*>(out + 128);
+        auto* corr = reinterpret_cast<std::int32_t*>(out + 192);
+        std::memset(corr, 0, 64);
+        for (int k = 0; k < 4; ++k) {
+          std::memcpy(q + 16 * k, x[k].qs, 16);            // elements 0..15 of block k
+          std::memcpy(q + 64 + 16 * k, x[k].qs + 16, 16);  // elements 16..31
+          int sum = 0;
+          for (int i = 0; i < 32; ++i) sum += x[k].qs[i];
+          corr[4 * k] = -8 * sum;
+          for (int i = 0; i < 4; ++i) scale[4 * k + i] = fp16_to_fp32(x[k].d);
         }
-        corr[0] = -8 * s0;
-        corr[4] = -8 * s1;
       }
     }
   }
 }
 
-inline std::uint64_t repeat4(std::uint16_t h) { return 0x0001000100010001ULL * h; }
+// fp16 word indices of the block scales in a 64-byte window starting at a group's first block.
+inline __m512i scale_index_q8_0() {
+  alignas(64) std::int16_t idx[32] = {};
+  for (int i = 0; i < 16; ++i) idx[i] = static_cast<std::int16_t>(i < 8 ? 0 : 17);  // byte 34
+  return _mm512_load_si512(idx);
+}
+inline __m512i scale_index_q4_0() {
+  alignas(64) std::int16_t idx[32] = {};
+  for (int i = 0; i < 16; ++i) idx[i] = static_cast<std::int16_t>(9 * (i / 4));  // bytes 0, 18, 36, 54
+  return _mm512_load_si512(idx);
+}
 
-template <GgmlType W, bool Vnni, int Na>
+template <GgmlType W, bool Vnni, int Nr, int Na>
 void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
   using Block = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, BlockQ4_0>;
-  const auto* w = reinterpret_cast<const Block*>(c.w + r * c.row_bytes);
+  constexpr std::size_t G = group_blocks<W>();
   const std::size_t nb = c.cols / kQk;
-  const std::size_t row_stride = q8_0_packed_row(c.cols);
+  const std::size_t groups = (nb + G - 1) / G;
+  const std::size_t row_stride = q8_0_packed_row<W>(c.cols);
+  const __m512i scale_index = W == GgmlType::q8_0 ? scale_index_q8_0() : scale_index_q4_0();
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const std::uint8_t* rows[Nr];
+  for (int i = 0; i < Nr; ++i) rows[i] = c.w + (r + i) * c.row_bytes;
   const std::uint8_t* act[kMaxNa];
-  __m512 acc[kMaxNa];
-  for (int a = 0; a < Na; ++a) {
-    act[a] = c.packed + (b0 + a) * row_stride;
-    acc[a] = _mm512_setzero_ps();
+  __m512 acc[Nr][kMaxNa];
+  for (int a = 0; a < Na; ++a) act[a] = c.packed + (b0 + a) * row_stride;
+  for (int i = 0; i < Nr; ++i) {
+    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_setzero_ps();
   }
-  for (std::size_t p = 0; p < (nb + 1) / 2; ++p) {
-    const Block& w0 = w[2 * p];
-    const bool pair = 2 * p + 1 < nb;
-    const std::uint16_t h1 = pair ? w[2 * p + 1].d : 0;
-    __m512i u;
-    __m512 dw;
-    __mmask64 negative = 0;
-    if constexpr (W == GgmlType::q8_0) {
-      const __m512i v = pair ? load_2x256(w0.qs, w[2 * p + 1].qs)
-                             : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w0.qs)));
-      u = _mm512_abs_epi8(v);
-      negative = _mm512_movepi8_mask(v);
-      dw = _mm512_cvtph_ps(_mm256_setr_m128i(_mm_set1_epi16(static_cast<short>(w0.d)),
-                                              _mm_set1_epi16(static_cast<short>(h1))));
-    } else {
-      const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w0.qs));
-      const __m128i q1 = pair ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[2 * p + 1].qs)) : _mm_setzero_si128();
-      const __m256i v = _mm256_setr_m128i(q0, q1);
-      const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
-      u = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-      const __m128i h = _mm_set_epi64x(static_cast<long long>(repeat4(h1)), static_cast<long long>(repeat4(w0.d)));
-      dw = _mm512_cvtph_ps(_mm256_broadcastsi128_si256(h));
-    }
-    for (int a = 0; a < Na; ++a) {
-      const std::uint8_t* px = act[a] + p * kPairBytes;
-      __m512i x = _mm512_load_si512(px);
-      if constexpr (W == GgmlType::q8_0) x = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
-      __m512i dot = dot_u8s8<Vnni>(_mm512_setzero_si512(), u, x);
-      if constexpr (W == GgmlType::q4_0) dot = _mm512_add_epi32(dot, _mm512_load_si512(px + 128));
-      const __m512 scale = _mm512_mul_ps(dw, _mm512_load_ps(reinterpret_cast<const float*>(px + 64)));
-      acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[a]);
+  alignas(64) Block tail[G] = {};  // the last, partial group, zero-padded
+  for (std::size_t g = 0; g < groups; ++g) {
+    const bool partial = (g + 1) * G > nb;
+    for (int i = 0; i < Nr; ++i) {
+      const auto* blk = reinterpret_cast<const Block*>(rows[i]) + g * G;
+      if (partial) {
+        std::memset(tail, 0, sizeof tail);
+        std::memcpy(tail, blk, (nb - g * G) * sizeof(Block));
+        blk = tail;
+      }
+      // Both groups span at least 64 bytes, so this window never leaves them.
+      const __m512i window = _mm512_loadu_si512(blk);
+      const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(scale_index, window)));
+      if constexpr (W == GgmlType::q8_0) {
+        const __m512i v = load_2x256(blk[0].qs, blk[1].qs);
+        const __m512i u = _mm512_abs_epi8(v);
+        const __mmask64 negative = _mm512_movepi8_mask(v);
+        for (int a = 0; a < Na; ++a) {
+          const std::uint8_t* px = act[a] + g * group_bytes<W>();
+          const __m512i x = _mm512_load_si512(px);
+          const __m512i xs = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
+          const __m512i dot = dot_u8s8<Vnni>(_mm512_setzero_si512(), u, xs);
+          const __m512 scale = _mm512_mul_ps(dw, _mm512_load_ps(reinterpret_cast<const float*>(px + 64)));
+          acc[i][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[i][a]);
+        }
+      } else {
+        __m512i q = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].qs)));
+        q = _mm512_inserti32x4(q, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].qs)), 1);
+        q = _mm512_inserti32x4(q, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[2].qs)), 2);
+        q = _mm512_inserti32x4(q, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[3].qs)), 3);
+        const __m512i lo = _mm512_and_si512(q, nibble);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble);
+        for (int a = 0; a < Na; ++a) {
+          const std::uint8_t* px = act[a] + g * group_bytes<W>();
+          __m512i dot = dot_u8s8<Vnni>(_mm512_load_si512(px + 192), lo, _mm512_load_si512(px));
+          dot = dot_u8s8<Vnni>(dot, hi, _mm512_load_si512(px + 64));
+          const __m512 scale = _mm512_mul_ps(dw, _mm512_load_ps(reinterpret_cast<const float*>(px + 128)));
+          acc[i][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[i][a]);
+        }
+      }
     }
   }
-  for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r] = _mm512_reduce_add_ps(acc[a]);
+  for (int i = 0; i < Nr; ++i) {
+    for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r + i] = _mm512_reduce_add_ps(acc[i][a]);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -276,69 +311,75 @@ inline __m512i pick4(int g) {
   return _mm512_load_si512(idx);
 }
 
-template <GgmlType W, bool Vnni, int Na>
+template <GgmlType W, bool Vnni, int Nr, int Na>
 void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
   using Block = std::conditional_t<W == GgmlType::q4_k, BlockQ4_K, BlockQ5_K>;
-  const auto* w = reinterpret_cast<const Block*>(c.w + r * c.row_bytes);
   const std::size_t nb = c.cols / kQkK;
   const std::size_t row_stride = q8_k_packed_row(c.cols);
   const __m512i pick[4] = {pick2(0, 2), pick2(1, 3), pick2(4, 6), pick2(5, 7)};
   const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const Block* rows[Nr];
+  for (int i = 0; i < Nr; ++i) rows[i] = reinterpret_cast<const Block*>(c.w + (r + i) * c.row_bytes);
   const std::uint8_t* act[kMaxNa];
-  __m512 acc[kMaxNa];
-  __m128 mins_acc[kMaxNa];
-  for (int a = 0; a < Na; ++a) {
-    act[a] = c.packed + (b0 + a) * row_stride;
-    acc[a] = _mm512_setzero_ps();
-    mins_acc[a] = _mm_setzero_ps();
+  __m512 acc[Nr][kMaxNa];
+  __m128 mins_acc[Nr][kMaxNa];
+  for (int a = 0; a < Na; ++a) act[a] = c.packed + (b0 + a) * row_stride;
+  for (int i = 0; i < Nr; ++i) {
+    for (int a = 0; a < Na; ++a) {
+      acc[i][a] = _mm512_setzero_ps();
+      mins_acc[i][a] = _mm_setzero_ps();
+    }
   }
   for (std::size_t s = 0; s < nb; ++s) {
-    const Block& blk = w[s];
-    const __m128i sm = unpack_k4_scales(blk.scales);
-    const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
-    const __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
-    const __m512i q01 = _mm512_loadu_si512(blk.qs);
-    const __m512i q23 = _mm512_loadu_si512(blk.qs + 64);
-    __m512i u[4] = {_mm512_and_si512(q01, nibble), _mm512_and_si512(_mm512_srli_epi16(q01, 4), nibble),
-                    _mm512_and_si512(q23, nibble), _mm512_and_si512(_mm512_srli_epi16(q23, 4), nibble)};
-    if constexpr (W == GgmlType::q5_k) {
-      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
-      const __m512i sixteen = _mm512_set1_epi8(16);
-      for (int v = 0; v < 4; ++v) {
-        // Vector v holds sub-blocks first and first+2; their fifth bits are qh bits first, first+2.
-        const int first = (v / 2) * 4 + v % 2;
-        const __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << first)),
-                                                _mm256_set1_epi8(static_cast<char>(1 << (first + 2))), 1);
-        u[v] = _mm512_mask_add_epi8(u[v], _mm512_test_epi8_mask(qh, bits), u[v], sixteen);
+    for (int i = 0; i < Nr; ++i) {
+      const Block& blk = rows[i][s];
+      const __m128i sm = unpack_k4_scales(blk.scales);
+      const __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
+      const __m128i m16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+      const __m512i q01 = _mm512_loadu_si512(blk.qs);
+      const __m512i q23 = _mm512_loadu_si512(blk.qs + 64);
+      __m512i u[4] = {_mm512_and_si512(q01, nibble), _mm512_and_si512(_mm512_srli_epi16(q01, 4), nibble),
+                      _mm512_and_si512(q23, nibble), _mm512_and_si512(_mm512_srli_epi16(q23, 4), nibble)};
+      if constexpr (W == GgmlType::q5_k) {
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
+        const __m512i sixteen = _mm512_set1_epi8(16);
+        for (int v = 0; v < 4; ++v) {
+          // Vector v holds sub-blocks first and first+2; their fifth bits are qh bits first, first+2.
+          const int first = (v / 2) * 4 + v % 2;
+          const __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << first)),
+                                                  _mm256_set1_epi8(static_cast<char>(1 << (first + 2))), 1);
+          u[v] = _mm512_mask_add_epi8(u[v], _mm512_test_epi8_mask(qh, bits), u[v], sixteen);
+        }
       }
-    }
-    __m512i scales[4];
-    for (int v = 0; v < 4; ++v) scales[v] = _mm512_permutexvar_epi16(pick[v], sc16);
-    const float d = fp16_to_fp32(blk.d);
-    const float dmin = fp16_to_fp32(blk.dmin);
-    for (int a = 0; a < Na; ++a) {
-      const std::uint8_t* px = act[a] + s * kSuperBytes;
-      __m512i isum = _mm512_setzero_si512();
-      for (int v = 0; v < 4; ++v) {
-        const __m512i pairs = _mm512_maddubs_epi16(u[v], _mm512_load_si512(px + 64 * v));
-        isum = dot_s16<Vnni>(isum, pairs, scales[v]);
+      __m512i scales[4];
+      for (int v = 0; v < 4; ++v) scales[v] = _mm512_permutexvar_epi16(pick[v], sc16);
+      const float d = fp16_to_fp32(blk.d);
+      const float dmin = fp16_to_fp32(blk.dmin);
+      for (int a = 0; a < Na; ++a) {
+        const std::uint8_t* px = act[a] + s * kSuperBytes;
+        __m512i isum = _mm512_setzero_si512();
+        for (int v = 0; v < 4; ++v) {
+          const __m512i pairs = _mm512_maddubs_epi16(u[v], _mm512_load_si512(px + 64 * v));
+          isum = dot_s16<Vnni>(isum, pairs, scales[v]);
+        }
+        const float dx = *reinterpret_cast<const float*>(px + 256);
+        acc[i][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dx), acc[i][a]);
+        const __m128i msum = _mm_madd_epi16(m16, _mm_load_si128(reinterpret_cast<const __m128i*>(px + 288)));
+        mins_acc[i][a] = _mm_fmadd_ps(_mm_cvtepi32_ps(msum), _mm_set1_ps(dmin * dx), mins_acc[i][a]);
       }
-      const float dx = *reinterpret_cast<const float*>(px + 256);
-      acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dx), acc[a]);
-      const __m128i msum = _mm_madd_epi16(m16, _mm_load_si128(reinterpret_cast<const __m128i*>(px + 288)));
-      mins_acc[a] = _mm_fmadd_ps(_mm_cvtepi32_ps(msum), _mm_set1_ps(dmin * dx), mins_acc[a]);
     }
   }
-  for (int a = 0; a < Na; ++a) {
-    __m128 m = _mm_add_ps(mins_acc[a], _mm_movehl_ps(mins_acc[a], mins_acc[a]));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    c.y[(b0 + a) * c.ldy + r] = _mm512_reduce_add_ps(acc[a]) - _mm_cvtss_f32(m);
+  for (int i = 0; i < Nr; ++i) {
+    for (int a = 0; a < Na; ++a) {
+      __m128 m = _mm_add_ps(mins_acc[i][a], _mm_movehl_ps(mins_acc[i][a], mins_acc[i][a]));
+      m = _mm_add_ss(m, _mm_movehdup_ps(m));
+      c.y[(b0 + a) * c.ldy + r + i] = _mm512_reduce_add_ps(acc[i][a]) - _mm_cvtss_f32(m);
+    }
   }
 }
 
-template <bool Vnni, int Na>
+template <bool Vnni, int Nr, int Na>
 void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
-  const auto* w = reinterpret_cast<const BlockQ6_K*>(c.w + r * c.row_bytes);
   const std::size_t nb = c.cols / kQkK;
   const std::size_t row_stride = q8_k_packed_row(c.cols);
   const __m512i pick[4] = {pick4(0), pick4(4), pick4(8), pick4(12)};
@@ -347,44 +388,52 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
   // Per 16-bit lane shift counts moving qh bit pairs 0,2 (low plane) and 4,6 (high plane) to bits 4-5.
   const __m512i shl_lo = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
   const __m512i shr_hi = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+  const BlockQ6_K* rows[Nr];
+  for (int i = 0; i < Nr; ++i) rows[i] = reinterpret_cast<const BlockQ6_K*>(c.w + (r + i) * c.row_bytes);
   const std::uint8_t* act[kMaxNa];
-  __m512 acc[kMaxNa];
-  for (int a = 0; a < Na; ++a) {
-    act[a] = c.packed + (b0 + a) * row_stride;
-    acc[a] = _mm512_setzero_ps();
+  __m512 acc[Nr][kMaxNa];
+  for (int a = 0; a < Na; ++a) act[a] = c.packed + (b0 + a) * row_stride;
+  for (int i = 0; i < Nr; ++i) {
+    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_setzero_ps();
   }
   for (std::size_t s = 0; s < nb; ++s) {
-    const BlockQ6_K& blk = w[s];
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
-    const __m512i sc512 = _mm512_castsi256_si512(sc16);
-    __m512i u[4];
-    __m512i scales[4];
-    for (int h = 0; h < 2; ++h) {
-      const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
-      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h)));
-      const __m512i hlo = _mm512_and_si512(_mm512_sllv_epi16(qh, shl_lo), high_bits);
-      const __m512i hhi = _mm512_and_si512(_mm512_srlv_epi16(qh, shr_hi), high_bits);
-      u[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, nibble), hlo);
-      u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), nibble), hhi);
-      scales[2 * h] = _mm512_permutexvar_epi16(pick[2 * h], sc512);
-      scales[2 * h + 1] = _mm512_permutexvar_epi16(pick[2 * h + 1], sc512);
-    }
-    const float d = fp16_to_fp32(blk.d);
-    for (int a = 0; a < Na; ++a) {
-      const std::uint8_t* px = act[a] + s * kSuperBytes;
-      __m512i isum = _mm512_setzero_si512();
-      for (int v = 0; v < 4; ++v) {
-        const __m512i pairs = _mm512_maddubs_epi16(u[v], _mm512_load_si512(px + 64 * v));
-        isum = dot_s16<Vnni>(isum, pairs, scales[v]);
+    for (int i = 0; i < Nr; ++i) {
+      const BlockQ6_K& blk = rows[i][s];
+      const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
+      const __m512i sc512 = _mm512_castsi256_si512(sc16);
+      __m512i u[4];
+      __m512i scales[4];
+      for (int h = 0; h < 2; ++h) {
+        const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
+        const __m512i qh =
+            _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h)));
+        const __m512i hlo = _mm512_and_si512(_mm512_sllv_epi16(qh, shl_lo), high_bits);
+        const __m512i hhi = _mm512_and_si512(_mm512_srlv_epi16(qh, shr_hi), high_bits);
+        u[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, nibble), hlo);
+        u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), nibble), hhi);
+        scales[2 * h] = _mm512_permutexvar_epi16(pick[2 * h], sc512);
+        scales[2 * h + 1] = _mm512_permutexvar_epi16(pick[2 * h + 1], sc512);
       }
-      // Quants were taken unsigned (0..63); subtract 32 * sum_g scale_g * sum(x in group g).
-      const __m256i offset = _mm256_madd_epi16(sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(px + 288)));
-      isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(offset, 5)));
-      const float dx = *reinterpret_cast<const float*>(px + 256);
-      acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dx), acc[a]);
+      const float d = fp16_to_fp32(blk.d);
+      for (int a = 0; a < Na; ++a) {
+        const std::uint8_t* px = act[a] + s * kSuperBytes;
+        __m512i isum = _mm512_setzero_si512();
+        for (int v = 0; v < 4; ++v) {
+          const __m512i pairs = _mm512_maddubs_epi16(u[v], _mm512_load_si512(px + 64 * v));
+          isum = dot_s16<Vnni>(isum, pairs, scales[v]);
+        }
+        // Quants were taken unsigned (0..63); subtract 32 * sum_g scale_g * sum(x in group g).
+        const __m256i offset =
+            _mm256_madd_epi16(sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(px + 288)));
+        isum = _mm512_sub_epi32(isum, _mm512_zextsi256_si512(_mm256_slli_epi32(offset, 5)));
+        const float dx = *reinterpret_cast<const float*>(px + 256);
+        acc[i][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dx), acc[i][a]);
+      }
     }
   }
-  for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r] = _mm512_reduce_add_ps(acc[a]);
+  for (int i = 0; i < Nr; ++i) {
+    for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r + i] = _mm512_reduce_add_ps(acc[i][a]);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -404,29 +453,26 @@ inline __m512 load_weights16(const std::uint8_t* row, std::size_t k, __mmask16 m
   }
 }
 
-template <GgmlType W, int Na>
+template <GgmlType W, int Nr, int Na>
 void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
-  const std::uint8_t* w = c.w + r * c.row_bytes;
-  __m512 acc[kMaxNa][2];
-  for (int a = 0; a < Na; ++a) acc[a][0] = acc[a][1] = _mm512_setzero_ps();
-  std::size_t k = 0;
-  for (; k + 32 <= c.cols; k += 32) {
-    const __m512 w0 = load_weights16<W>(w, k, 0xFFFF);
-    const __m512 w1 = load_weights16<W>(w, k + 16, 0xFFFF);
-    for (int a = 0; a < Na; ++a) {
-      const float* x = c.x + (b0 + a) * c.ldx + k;
-      acc[a][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), acc[a][0]);
-      acc[a][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), acc[a][1]);
-    }
+  const std::uint8_t* rows[Nr];
+  for (int i = 0; i < Nr; ++i) rows[i] = c.w + (r + i) * c.row_bytes;
+  __m512 acc[Nr][kMaxNa];
+  for (int i = 0; i < Nr; ++i) {
+    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_setzero_ps();
   }
-  for (; k < c.cols; k += 16) {
+  for (std::size_t k = 0; k < c.cols; k += 16) {
     const auto mask = static_cast<__mmask16>(c.cols - k >= 16 ? 0xFFFF : (1U << (c.cols - k)) - 1);
-    const __m512 wv = load_weights16<W>(w, k, mask);
-    for (int a = 0; a < Na; ++a) {
-      acc[a][0] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mask, c.x + (b0 + a) * c.ldx + k), acc[a][0]);
+    __m512 x[kMaxNa];
+    for (int a = 0; a < Na; ++a) x[a] = _mm512_maskz_loadu_ps(mask, c.x + (b0 + a) * c.ldx + k);
+    for (int i = 0; i < Nr; ++i) {
+      const __m512 wv = load_weights16<W>(rows[i], k, mask);
+      for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_fmadd_ps(wv, x[a], acc[i][a]);
     }
   }
-  for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[a][0], acc[a][1]));
+  for (int i = 0; i < Nr; ++i) {
+    for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r + i] = _mm512_reduce_add_ps(acc[i][a]);
+  }
 }
 
 std::size_t bf16_packed_row(std::size_t cols) { return round_up(cols, 32) * 4; }
@@ -446,34 +492,42 @@ void pack_bf16_split(const GemmCall& c, std::size_t begin, std::size_t end) {
   }
 }
 
-template <int Na>
+template <int Nr, int Na>
 void row_bf16_dot(const GemmCall& c, std::size_t r, std::size_t b0) {
-  const auto* w = reinterpret_cast<const std::uint16_t*>(c.w + r * c.row_bytes);
   const std::size_t padded = round_up(c.cols, 32);
   const std::size_t stride = bf16_packed_row(c.cols) / 2;
-  __m512 acc[kMaxNa][2];
-  for (int a = 0; a < Na; ++a) acc[a][0] = acc[a][1] = _mm512_setzero_ps();
+  const std::uint16_t* rows[Nr];
+  for (int i = 0; i < Nr; ++i) rows[i] = reinterpret_cast<const std::uint16_t*>(c.w + (r + i) * c.row_bytes);
+  __m512 acc[Nr][kMaxNa];
+  for (int i = 0; i < Nr; ++i) {
+    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_setzero_ps();
+  }
   for (std::size_t k = 0; k < c.cols; k += 32) {
     const auto mask = static_cast<__mmask32>(c.cols - k >= 32 ? 0xFFFFFFFFU : (1U << (c.cols - k)) - 1);
-    const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, w + k));
-    for (int a = 0; a < Na; ++a) {
-      const std::uint16_t* hi = reinterpret_cast<const std::uint16_t*>(c.packed) + (b0 + a) * stride + k;
-      acc[a][0] = _mm512_dpbf16_ps(acc[a][0], wv, reinterpret_cast<__m512bh>(_mm512_load_si512(hi)));
-      acc[a][1] = _mm512_dpbf16_ps(acc[a][1], wv, reinterpret_cast<__m512bh>(_mm512_load_si512(hi + padded)));
+    for (int i = 0; i < Nr; ++i) {
+      const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, rows[i] + k));
+      for (int a = 0; a < Na; ++a) {
+        const std::uint16_t* hi = reinterpret_cast<const std::uint16_t*>(c.packed) + (b0 + a) * stride + k;
+        acc[i][a] = _mm512_dpbf16_ps(acc[i][a], wv, reinterpret_cast<__m512bh>(_mm512_load_si512(hi)));
+        acc[i][a] = _mm512_dpbf16_ps(acc[i][a], wv, reinterpret_cast<__m512bh>(_mm512_load_si512(hi + padded)));
+      }
     }
   }
-  for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[a][0], acc[a][1]));
+  for (int i = 0; i < Nr; ++i) {
+    for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r + i] = _mm512_reduce_add_ps(acc[i][a]);
+  }
 }
 
-// ---------------------------------------------------------------------------------------------
-template <int Na>
+template <int Nr, int Na>
 struct RowBf16Dot {
-  static void run(const GemmCall& c, std::size_t r, std::size_t b) { row_bf16_dot<Na>(c, r, b); }
+  static void run(const GemmCall& c, std::size_t r, std::size_t b) { row_bf16_dot<Nr, Na>(c, r, b); }
 };
 
 #include "kernels/gemm_simd_common.inc"
-const PackFns kPack{q8_0_packed_bytes,       pack_q8_0<GgmlType::q8_0>, pack_q8_0<GgmlType::q4_0>,
-                    q8_k_packed_bytes,       pack_q8_k<GgmlType::q4_k>, pack_q8_k<GgmlType::q6_k>};
+const PackFns kPack{q8_0_packed_bytes<GgmlType::q8_0>, pack_q8_0<GgmlType::q8_0>,
+                    q8_0_packed_bytes<GgmlType::q4_0>, pack_q8_0<GgmlType::q4_0>,
+                    q8_k_packed_bytes,                 pack_q8_k<GgmlType::q4_k>,
+                    pack_q8_k<GgmlType::q6_k>};
 const std::array<GemmKernel, 8> kPlain = make_kernels<false>("avx512", kPack);
 const std::array<GemmKernel, 8> kVnni = make_kernels<true>("avx512_vnni", kPack);
 const GemmKernel kBf16Dot{"avx512_bf16", GgmlType::bf16, bf16_packed_bytes, pack_bf16_split, 1,

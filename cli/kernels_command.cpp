@@ -1,0 +1,191 @@
+#include "cli/kernels_command.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "cli/progress.h"
+#include "kernels/formats.h"
+#include "kernels/measure.h"
+#include "probes/atomic_file.h"
+#include "probes/error.h"
+#include "probes/topology.h"
+#include "probes/units.h"
+
+namespace infercast::cli {
+namespace {
+
+struct KernelsArgs {
+  std::string profile = "profile.json";
+  unsigned threads = 0;
+  std::string isa;
+  std::vector<std::string> formats;
+  std::vector<std::size_t> batches;
+  std::vector<std::string> shapes;
+  bool quick = false;
+  bool json = false;
+  bool no_update = false;
+  bool no_quality = false;
+  double min_time = 0.3;
+  std::string footprint;
+};
+
+nlohmann::json read_profile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError(fmt::format("no profile at {}: run `infercast probe --out {}` first", path, path));
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw UsageError(fmt::format("{} is not valid JSON ({})", path, e.what()));
+  }
+}
+
+std::vector<IsaLevel> parse_levels(const std::string& text) {
+  const IsaLevel best = active_level();
+  if (text.empty() || text == "best") return {best};
+  std::vector<IsaLevel> levels;
+  if (text == "all") {
+    for (int l = 0; l <= static_cast<int>(best); ++l) levels.push_back(static_cast<IsaLevel>(l));
+    return levels;
+  }
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto l = parse_isa_level(item);
+    if (!l) throw UsageError(fmt::format("--isa '{}' is not best, all, or a list of scalar, avx2, avx512, amx", item));
+    levels.push_back(*l);
+  }
+  return levels;
+}
+
+std::string percent(const std::optional<double>& f) { return f ? fmt::format("{:.0f}%", 100 * *f) : "n/a"; }
+
+void print_points(const std::vector<KernelPoint>& points, const Ceilings& c) {
+  fmt::print("infercast kernels — roofline ceilings: DRAM {:.1f} GB/s", c.dram_read_gbs);
+  if (c.amx_int8_gops) fmt::print(", AMX INT8 {:.0f} GOPS", *c.amx_int8_gops);
+  if (c.int8_vnni_gops) fmt::print(", VNNI {:.0f} GOPS", *c.int8_vnni_gops);
+  if (c.fp32_gflops) fmt::print(", FP32 {:.0f} GFLOPS", *c.fp32_gflops);
+  fmt::print("\n\n  {:<6} {:<13} {:>12} {:>5} {:>9} {:>9} {:>8} {:>9}\n", "format", "kernel", "shape", "batch", "GB/s",
+             "GOPS", "bound", "roofline");
+  for (const auto& p : points) {
+    fmt::print("  {:<6} {:<13} {:>12} {:>5} {:>9.1f} {:>9.1f} {:>8} {:>9}\n", format_info(p.type).name, p.kernel,
+               fmt::format("{}x{}", p.shape.rows, p.shape.cols), p.batch, p.weight_gbs, p.gops, p.bound,
+               percent(p.roofline_fraction));
+  }
+}
+
+void print_quality(const std::vector<QualityRow>& rows) {
+  fmt::print("\n  accuracy (relative RMS error against F32; activations quantized as the kernels do)\n");
+  fmt::print("  {:<6} {:>6} {:>14} {:>14} {:>16} {:>16}\n", "format", "bits", "weights gauss", "output gauss",
+             "weights heavy", "output heavy");
+  for (std::size_t i = 0; i < rows.size() / 2; ++i) {
+    const QualityRow& g = rows[i];
+    const QualityRow& h = rows[i + rows.size() / 2];
+    fmt::print("  {:<6} {:>6.2f} {:>14.2e} {:>14.2e} {:>16.2e} {:>16.2e}\n", format_info(g.type).name,
+               format_info(g.type).bits_per_weight(), g.weight_rel_rms, g.output_rel_rms, h.weight_rel_rms,
+               h.output_rel_rms);
+  }
+}
+
+std::string utc_now() {
+  const auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+void run(const KernelsArgs& args) {
+  nlohmann::json profile = read_profile(args.profile);
+  const Ceilings ceilings = ceilings_from_profile(profile);
+  if (!args.no_update) check_writable(args.profile);
+
+  KernelSweepOptions o;
+  o.threads = args.threads != 0 ? args.threads : host_topology().cores;
+  o.levels = parse_levels(args.isa);
+  if (args.formats.empty()) {
+    o.formats.assign(weight_formats().begin(), weight_formats().end());
+  } else {
+    for (const auto& name : args.formats) {
+      const auto t = parse_format(name);
+      if (!t || *t == GgmlType::q8_k) {
+        throw UsageError(fmt::format("--formats: '{}' is not one of {}", name, weight_format_names()));
+      }
+      o.formats.push_back(*t);
+    }
+  }
+  o.batches = !args.batches.empty() ? args.batches : (args.quick ? std::vector<std::size_t>{1, 8, 64} : default_batches());
+  if (!args.shapes.empty()) {
+    for (const auto& s : args.shapes) o.shapes.push_back(parse_shape(s));
+  } else {
+    o.shapes = args.quick ? std::vector<Shape>{{4096, 4096}} : default_shapes();
+  }
+  if (args.min_time <= 0) throw UsageError("--min-time must be positive");
+  o.min_time = args.quick ? std::min(args.min_time, 0.15) : args.min_time;
+  if (!args.footprint.empty()) {
+    const auto bytes = parse_size(args.footprint);
+    if (!bytes || *bytes == 0) throw UsageError(fmt::format("--footprint '{}' is not a size such as 512MiB", args.footprint));
+    o.footprint_bytes = *bytes;
+  }
+  validate_sweep(o);
+
+  ProgressPrinter progress;
+  const auto points = run_kernel_sweep(o, ceilings, [&](const std::string& what, double f) { progress.update(what, f); });
+  std::vector<QualityRow> quality;
+  if (!args.no_quality) {
+    progress.update("accuracy per format", 1.0);
+    quality = measure_quality(o.formats);
+  }
+  progress.finish();
+
+  nlohmann::json records = nlohmann::json::array();
+  for (const auto& p : points) records.push_back(to_json(p));
+  nlohmann::json quality_json = nlohmann::json::array();
+  for (const auto& q : quality) quality_json.push_back(to_json(q));
+  if (!args.no_update) {
+    profile["kernels"] = {{"schema", "infercast.kernels/1"},
+                          {"measured_at", utc_now()},
+                          {"threads", o.threads},
+                          {"records", records},
+                          {"quality", quality_json}};
+    write_file_atomically(args.profile, profile.dump(2) + "\n");
+  }
+  if (args.json) {
+    fmt::print("{}\n", records.dump(2));
+    return;
+  }
+  print_points(points, ceilings);
+  if (!quality.empty()) print_quality(quality);
+  if (!args.no_update) fmt::print("\n  kernel calibration written to {}\n", args.profile);
+}
+
+}  // namespace
+
+void add_kernels_command(CLI::App& app, int& exit_status) {
+  auto args = std::make_shared<KernelsArgs>();
+  CLI::App* cmd = app.add_subcommand("kernels", "Measure quantized GEMV/GEMM per format, ISA and batch against the roofline");
+  cmd->add_option("--profile", args->profile, "Profile to read ceilings from and to store the results in")->capture_default_str();
+  cmd->add_option("--threads", args->threads, "Threads (default: all physical cores)");
+  cmd->add_option("--isa", args->isa, "best (default), all, or a list: scalar,avx2,avx512,amx");
+  cmd->add_option("--formats", args->formats, "Weight formats (default: all)")->delimiter(',');
+  cmd->add_option("--batches", args->batches, "Batch sizes (default: 1,2,4,8,16,32,64)")->delimiter(',');
+  cmd->add_option("--shapes", args->shapes, "ROWSxCOLS shapes (default: 4096x4096,14336x4096,4096x14336)")->delimiter(',');
+  cmd->add_flag("--quick", args->quick, "One shape, batches 1, 8, 64");
+  cmd->add_flag("--json", args->json, "Print the records as a JSON array instead of the table");
+  cmd->add_flag("--no-update", args->no_update, "Do not write the results into the profile");
+  cmd->add_flag("--no-quality", args->no_quality, "Skip the accuracy table");
+  cmd->add_option("--min-time", args->min_time, "Seconds of timed passes per point")->capture_default_str();
+  cmd->add_option("--footprint", args->footprint, "Weight bytes cycled per point (default: 4x LLC, at least 256MiB)");
+  cmd->callback([args, &exit_status] {
+    run(*args);
+    exit_status = 0;
+  });
+}
+
+}  // namespace infercast::cli

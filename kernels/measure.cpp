@@ -1,0 +1,317 @@
+#include "kernels/measure.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "kernels/formats.h"
+#include "kernels/gemm.h"
+#include "probes/error.h"
+#include "probes/memory.h"
+#include "probes/stats.h"
+#include "probes/timer.h"
+#include "probes/topology.h"
+#include "probes/units.h"
+
+namespace infercast {
+namespace {
+
+std::optional<double> number_at(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_number()) return std::nullopt;
+  return j[key].get<double>();
+}
+
+// splitmix64 + Box-Muller: the same weights on every platform and compiler.
+class Rng {
+ public:
+  explicit Rng(std::uint64_t seed) : state_(seed) {}
+  double uniform() {
+    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+  }
+  float gaussian() {
+    const double u1 = uniform() + 0x1.0p-60;
+    return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * uniform()));
+  }
+
+ private:
+  std::uint64_t state_;
+};
+
+std::vector<float> gaussian_vector(std::size_t n, std::uint64_t seed, float sigma) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = sigma * rng.gaussian();
+  return v;
+}
+
+// Compute ceiling of the kernel that ran: the probe's peak for that instruction family. AVX2
+// kernels get half the AVX-512 peaks (same ports, half the vector width).
+std::optional<double> compute_ceiling(const Ceilings& c, GgmlType type, std::string_view kernel) {
+  const bool integer = format_info(type).activation != GgmlType::f32;
+  const auto halve = [](std::optional<double> v) { return v ? std::optional<double>(*v / 2) : std::nullopt; };
+  if (kernel == "amx_int8") return c.amx_int8_gops;
+  if (kernel == "amx_bf16") return c.amx_bf16_gflops;
+  if (kernel == "avx512_bf16") return c.bf16_gflops;
+  if (kernel.starts_with("avx512")) return integer ? c.int8_vnni_gops : c.fp32_gflops;
+  if (kernel.starts_with("avx2")) return integer ? halve(c.int8_vnni_gops) : halve(c.fp32_gflops);
+  return std::nullopt;
+}
+
+// Weights for one (format, shape): `copies` matrices back to back, so a pass over them all
+// streams from DRAM. Rows repeat a few dozen distinct quantized rows: what matters to the
+// kernels is the bytes they stream, not the values.
+struct WeightSet {
+  PageBuffer buffer;
+  std::size_t matrix_bytes = 0;
+  std::size_t copies = 0;
+};
+
+WeightSet make_weights(GgmlType type, Shape shape, std::size_t footprint) {
+  const auto& f = format_info(type);
+  const std::size_t row_bytes = f.row_bytes(shape.cols);
+  WeightSet set;
+  set.matrix_bytes = row_bytes * shape.rows;
+  set.copies = std::max<std::size_t>(1, (footprint + set.matrix_bytes - 1) / set.matrix_bytes);
+  set.buffer = PageBuffer(set.matrix_bytes * set.copies);
+  constexpr std::size_t kDistinct = 61;
+  const std::vector<float> src = gaussian_vector(kDistinct * shape.cols, 42, 0.02F);
+  std::vector<std::uint8_t> rows(kDistinct * row_bytes);
+  for (std::size_t r = 0; r < kDistinct; ++r) f.quantize(src.data() + r * shape.cols, rows.data() + r * row_bytes, shape.cols);
+  auto* out = set.buffer.as<std::uint8_t>();
+  for (std::size_t r = 0; r < shape.rows * set.copies; ++r) std::memcpy(out + r * row_bytes, rows.data() + (r % kDistinct) * row_bytes, row_bytes);
+  return set;
+}
+
+std::size_t default_footprint() {
+  const Topology& topo = host_topology();
+  const CacheLevel* llc = topo.last_level_cache();
+  const std::size_t llc_bytes = llc != nullptr ? llc->size_bytes * std::max(1U, llc->instances) : 0;
+  return std::max<std::size_t>(4 * llc_bytes, std::size_t{256} << 20);
+}
+
+}  // namespace
+
+Ceilings ceilings_from_profile(const nlohmann::json& profile) {
+  if (!profile.is_object() || !profile.contains("summary") || !profile["summary"].is_object()) {
+    throw UsageError("profile has no summary: write one with `infercast probe --out FILE`");
+  }
+  const auto& s = profile["summary"];
+  const auto dram = number_at(s, "dram_read_gbs");
+  if (!dram || *dram <= 0) throw UsageError("profile has no DRAM read bandwidth (summary.dram_read_gbs)");
+  return Ceilings{*dram,
+                  number_at(s, "peak_fp32_gflops"),
+                  number_at(s, "peak_bf16_gflops"),
+                  number_at(s, "peak_int8_vnni_gops"),
+                  number_at(s, "peak_amx_int8_gops"),
+                  number_at(s, "peak_amx_bf16_gflops")};
+}
+
+Shape parse_shape(const std::string& text) {
+  const auto x = text.find_first_of("xX");
+  try {
+    if (x != std::string::npos) {
+      std::size_t used_rows = 0;
+      std::size_t used_cols = 0;
+      const auto rows = std::stoull(text.substr(0, x), &used_rows);
+      const auto cols = std::stoull(text.substr(x + 1), &used_cols);
+      if (used_rows == x && used_cols == text.size() - x - 1 && rows > 0 && cols > 0) return Shape{rows, cols};
+    }
+  } catch (const std::exception&) {
+  }
+  throw UsageError(fmt::format("shape '{}' is not ROWSxCOLS (e.g. 4096x14336)", text));
+}
+
+std::vector<Shape> default_shapes() { return {{4096, 4096}, {14336, 4096}, {4096, 14336}}; }
+std::vector<std::size_t> default_batches() { return {1, 2, 4, 8, 16, 32, 64}; }
+
+void validate_sweep(const KernelSweepOptions& o) {
+  if (o.formats.empty()) throw UsageError("no formats to measure");
+  if (o.batches.empty() || o.shapes.empty()) throw UsageError("no batches or shapes to measure");
+  const Topology& topo = host_topology();
+  if (o.threads == 0 || o.threads > topo.cores) {
+    throw UsageError(fmt::format("--threads must be between 1 and {} (the physical cores)", topo.cores));
+  }
+  for (IsaLevel l : o.levels) {
+    if (l > max_supported_level(host_cpu())) {
+      throw UsageError(fmt::format("this machine cannot run the {} kernels", to_string(l)));
+    }
+  }
+  for (std::size_t b : o.batches) {
+    if (b == 0 || b > 4096) throw UsageError(fmt::format("batch {} is outside 1..4096", b));
+  }
+  std::size_t largest = 0;
+  for (const Shape& s : o.shapes) {
+    for (GgmlType t : o.formats) {
+      const auto& f = format_info(t);
+      if (s.cols % static_cast<std::size_t>(f.block_elems) != 0) {
+        throw UsageError(fmt::format("{} needs columns in multiples of {}; shape {}x{} has {}", f.name, f.block_elems,
+                                     s.rows, s.cols, s.cols));
+      }
+      largest = std::max(largest, f.row_bytes(s.cols) * s.rows);
+    }
+  }
+  const std::size_t footprint = std::max(o.footprint_bytes != 0 ? o.footprint_bytes : default_footprint(), largest);
+  if (footprint > topo.available_memory_bytes / 2) {
+    throw UsageError(fmt::format("the weights need {} but only {} of memory is available",
+                                 format_size(footprint), format_size(topo.available_memory_bytes)));
+  }
+}
+
+std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& o, const Ceilings& ceilings,
+                                          const KernelProgress& progress) {
+  validate_sweep(o);
+  const std::size_t footprint = o.footprint_bytes != 0 ? o.footprint_bytes : default_footprint();
+  const std::size_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+  std::vector<std::unique_ptr<GemmContext>> contexts;
+  for (IsaLevel l : o.levels) contexts.push_back(std::make_unique<GemmContext>(o.threads, l));
+
+  const std::size_t total = o.shapes.size() * o.formats.size() * o.levels.size() * o.batches.size();
+  std::size_t done = 0;
+  std::vector<KernelPoint> points;
+  for (const Shape& shape : o.shapes) {
+    const std::vector<float> x = gaussian_vector(max_batch * shape.cols, 7, 1.0F);
+    std::vector<float> y(max_batch * shape.rows);
+    for (GgmlType type : o.formats) {
+      const auto& f = format_info(type);
+      if (progress) progress(fmt::format("{} {}x{}: preparing weights", f.name, shape.rows, shape.cols), static_cast<double>(done) / static_cast<double>(total));
+      const WeightSet w = make_weights(type, shape, footprint);
+      for (std::size_t li = 0; li < o.levels.size(); ++li) {
+        GemmContext& ctx = *contexts[li];
+        for (std::size_t batch : o.batches) {
+          ++done;
+          // The scalar reference is there to be measured as GEMV; batched it would take minutes.
+          if (o.levels[li] == IsaLevel::scalar && batch > 1) continue;
+          if (progress) {
+            progress(fmt::format("{} {}x{} {} batch {}", f.name, shape.rows, shape.cols, to_string(o.levels[li]), batch),
+                     static_cast<double>(done) / static_cast<double>(total));
+          }
+          const auto pass = [&] {
+            const double t0 = now_seconds();
+            for (std::size_t c = 0; c < w.copies; ++c) {
+              const WeightView view = make_weight_view(type, w.buffer.as<std::uint8_t>() + c * w.matrix_bytes, shape.rows, shape.cols);
+              ctx.gemm(view, x.data(), batch, y.data());
+            }
+            return (now_seconds() - t0) / static_cast<double>(w.copies);
+          };
+          pass();  // warm-up: page tables, scratch buffers, clocks
+          std::vector<double> times;
+          const double start = now_seconds();
+          while (times.size() < static_cast<std::size_t>(o.min_passes) || now_seconds() - start < o.min_time) {
+            times.push_back(pass());
+            if (times.size() >= 3 && now_seconds() - start > 10 * o.min_time) break;  // slow kernels: enough
+          }
+          KernelPoint p;
+          p.type = type;
+          p.level = o.levels[li];
+          p.kernel = std::string(ctx.kernel_name(type, batch, shape.cols));
+          p.batch = batch;
+          p.shape = shape;
+          p.threads = o.threads;
+          p.weight_bytes = w.matrix_bytes;
+          p.seconds = median_of(times);
+          std::vector<double> rates;
+          for (double t : times) rates.push_back(1.0 / t);
+          p.cv = summarize_rates(rates).cv;
+          const double ops = 2.0 * double(shape.rows) * double(shape.cols) * double(batch);
+          p.weight_gbs = double(w.matrix_bytes) / p.seconds / 1e9;
+          p.gops = ops / p.seconds / 1e9;
+          const double memory_ceiling = ops / double(w.matrix_bytes) * ceilings.dram_read_gbs;
+          const auto compute = compute_ceiling(ceilings, type, p.kernel);
+          p.bound = compute && *compute < memory_ceiling ? "compute" : "memory";
+          p.ceiling_gops = compute ? std::min(*compute, memory_ceiling) : memory_ceiling;
+          p.roofline_fraction = p.gops / *p.ceiling_gops;
+          points.push_back(p);
+        }
+      }
+    }
+  }
+  if (progress) progress("done", 1.0);
+  return points;
+}
+
+std::vector<QualityRow> measure_quality(const std::vector<GgmlType>& formats) {
+  constexpr std::size_t kRows = 256;
+  constexpr std::size_t kCols = 4096;
+  constexpr std::size_t kBatch = 4;
+  const std::vector<float> x = gaussian_vector(kBatch * kCols, 3, 1.0F);
+  std::vector<QualityRow> rows;
+  GemmContext reference(1, IsaLevel::scalar);
+  for (const char* kind : {"gaussian", "heavy_tailed"}) {
+    std::vector<float> w = gaussian_vector(kRows * kCols, 5, 0.02F);
+    if (std::string_view(kind) == "heavy_tailed") {
+      // One weight in a hundred ten times larger: the outliers real checkpoints carry.
+      Rng rng(9);
+      for (auto& v : w) {
+        if (rng.uniform() < 0.01) v *= 10.0F;
+      }
+    }
+    std::vector<double> exact(kBatch * kRows);
+    for (std::size_t b = 0; b < kBatch; ++b) {
+      for (std::size_t r = 0; r < kRows; ++r) {
+        double s = 0;
+        for (std::size_t k = 0; k < kCols; ++k) s += double(w[r * kCols + k]) * double(x[b * kCols + k]);
+        exact[b * kRows + r] = s;
+      }
+    }
+    for (GgmlType type : formats) {
+      const auto& f = format_info(type);
+      std::vector<std::uint8_t> q(f.row_bytes(kCols) * kRows);
+      std::vector<float> back(kCols);
+      double err = 0;
+      double norm = 0;
+      for (std::size_t r = 0; r < kRows; ++r) {
+        f.quantize(w.data() + r * kCols, q.data() + r * f.row_bytes(kCols), kCols);
+        f.dequantize(q.data() + r * f.row_bytes(kCols), back.data(), kCols);
+        for (std::size_t k = 0; k < kCols; ++k) {
+          const double d = double(back[k]) - double(w[r * kCols + k]);
+          err += d * d;
+          norm += double(w[r * kCols + k]) * double(w[r * kCols + k]);
+        }
+      }
+      std::vector<float> y(kBatch * kRows);
+      reference.gemm(make_weight_view(type, q.data(), kRows, kCols), x.data(), kBatch, y.data());
+      double out_err = 0;
+      double out_norm = 0;
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        out_err += (double(y[i]) - exact[i]) * (double(y[i]) - exact[i]);
+        out_norm += exact[i] * exact[i];
+      }
+      rows.push_back({type, kind, std::sqrt(err / norm), std::sqrt(out_err / out_norm)});
+    }
+  }
+  return rows;
+}
+
+nlohmann::json to_json(const KernelPoint& p) {
+  nlohmann::json j = {{"format", format_info(p.type).name},
+                      {"isa", to_string(p.level)},
+                      {"kernel", p.kernel},
+                      {"batch", p.batch},
+                      {"rows", p.shape.rows},
+                      {"cols", p.shape.cols},
+                      {"threads", p.threads},
+                      {"weight_bytes", p.weight_bytes},
+                      {"seconds", p.seconds},
+                      {"cv", p.cv},
+                      {"weight_gbs", p.weight_gbs},
+                      {"gops", p.gops},
+                      {"bound", p.bound}};
+  j["ceiling_gops"] = p.ceiling_gops ? nlohmann::json(*p.ceiling_gops) : nlohmann::json(nullptr);
+  j["roofline_fraction"] = p.roofline_fraction ? nlohmann::json(*p.roofline_fraction) : nlohmann::json(nullptr);
+  return j;
+}
+
+nlohmann::json to_json(const QualityRow& q) {
+  return {{"format", format_info(q.type).name},
+          {"weights", q.weights},
+          {"weight_rel_rms", q.weight_rel_rms},
+          {"output_rel_rms", q.output_rel_rms}};
+}
+
+}  // namespace infercast

@@ -1,0 +1,90 @@
+#pragma once
+// The kernels' calibration run behind `infercast kernels`: GEMV and batched GEMM per weight
+// format, ISA level and batch at LLM shapes, with weights sized well beyond the last-level cache
+// so every figure is what a decode step sees; each placed against the machine's roofline. Also
+// the accuracy of every format (quantize -> dequantize and GEMV output against F32).
+#include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/blocks.h"
+#include "probes/cpu_features.h"
+
+namespace infercast {
+
+// Machine ceilings, read from a probe profile's summary; absent figures stay empty.
+struct Ceilings {
+  double dram_read_gbs = 0;
+  std::optional<double> fp32_gflops;
+  std::optional<double> bf16_gflops;
+  std::optional<double> int8_vnni_gops;
+  std::optional<double> amx_int8_gops;
+  std::optional<double> amx_bf16_gflops;
+};
+// Throws UsageError when the profile has no DRAM read bandwidth (not a probe profile).
+Ceilings ceilings_from_profile(const nlohmann::json& profile);
+
+struct Shape {
+  std::size_t rows = 0;  // output features
+  std::size_t cols = 0;  // input features
+};
+// "4096x14336" (rows x cols); throws UsageError on anything else.
+Shape parse_shape(const std::string& text);
+
+struct KernelSweepOptions {
+  std::vector<GgmlType> formats;
+  std::vector<IsaLevel> levels;
+  std::vector<std::size_t> batches;
+  std::vector<Shape> shapes;
+  unsigned threads = 1;
+  std::size_t footprint_bytes = 0;  // weights cycled per point; 0 = 4x the last-level cache
+  double min_time = 0.3;            // seconds of timed passes per point
+  int min_passes = 5;
+};
+
+// Default shapes: the attention/FFN projections of an 8B llama (4096 hidden, 14336 FFN).
+std::vector<Shape> default_shapes();
+std::vector<std::size_t> default_batches();
+
+struct KernelPoint {
+  GgmlType type = GgmlType::f32;
+  IsaLevel level = IsaLevel::scalar;
+  std::string kernel;  // implementation that ran, e.g. "amx_int8"
+  std::size_t batch = 0;
+  Shape shape;
+  unsigned threads = 0;
+  std::size_t weight_bytes = 0;  // one matrix
+  double seconds = 0;            // median time per product
+  double cv = 0;                 // of the per-pass times
+  double weight_gbs = 0;         // weight bytes / time
+  double gops = 0;               // 2 * rows * cols * batch / time
+  std::string bound;             // "memory" or "compute": the lower roofline ceiling
+  std::optional<double> ceiling_gops;
+  std::optional<double> roofline_fraction;
+};
+
+using KernelProgress = std::function<void(const std::string& what, double fraction)>;
+
+std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& options, const Ceilings& ceilings,
+                                          const KernelProgress& progress = {});
+
+// Throws UsageError for options that cannot run here (shape not a block multiple, no formats,
+// a level the machine lacks, more threads than cores, not enough memory).
+void validate_sweep(const KernelSweepOptions& options);
+
+struct QualityRow {
+  GgmlType type = GgmlType::f32;
+  std::string weights;          // "gaussian" or "heavy_tailed"
+  double weight_rel_rms = 0;    // ||dequant(quant(w)) - w|| / ||w||
+  double output_rel_rms = 0;    // ||GEMV(quant) - GEMV(F32)|| / ||GEMV(F32)||, activations quantized as the kernels do
+};
+std::vector<QualityRow> measure_quality(const std::vector<GgmlType>& formats);
+
+nlohmann::json to_json(const KernelPoint& p);
+nlohmann::json to_json(const QualityRow& q);
+
+}  // namespace infercast
