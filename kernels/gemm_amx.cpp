@@ -41,6 +41,31 @@ class TileSession {
 
 constexpr std::size_t kTile = 16;
 
+// Pulls the next row group into L2 a few lines at a time while the current one is multiplied,
+// so the decode of each group reads from L2 instead of waiting on DRAM.
+class NextGroupPrefetch {
+ public:
+  NextGroupPrefetch(const std::uint8_t* first_row, std::size_t rows, std::size_t row_bytes, std::size_t steps)
+      : base_(first_row), row_bytes_(row_bytes), lines_per_row_((row_bytes + 63) / 64), total_(rows * lines_per_row_),
+        per_step_(steps == 0 ? total_ : (total_ + steps - 1) / steps) {}
+  void step() {
+    for (std::size_t n = 0; n < per_step_ && next_ < total_; ++n, ++next_) {
+      const std::size_t row = next_ / lines_per_row_;
+      _mm_prefetch(reinterpret_cast<const char*>(base_ + row * row_bytes_ + (next_ % lines_per_row_) * 64), _MM_HINT_T1);
+    }
+  }
+
+ private:
+  const std::uint8_t* base_;
+  std::size_t row_bytes_;
+  std::size_t lines_per_row_;
+  std::size_t total_;
+  std::size_t per_step_;
+  std::size_t next_ = 0;
+};
+
+inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
+
 // ---------------------------------------------------------------------------------------------
 // INT8 path.
 
@@ -119,13 +144,14 @@ void int8_pack(const GemmCall& c, std::size_t begin, std::size_t end) {
   }
 }
 
-// Decoded weights for one row group: bytes [16][ldq], scale and offset [nsub][16].
+// Decoded weights for one row group: bytes [16][ldq], scale and offset [16][nsub].
 struct Int8Scratch {
   std::int8_t* q;
   float* scale;
   float* offset;
   float* tile_out;  // two 16x16 int32 tile stores
   std::size_t ldq;
+  std::size_t nsub;
 };
 
 template <GgmlType W>
@@ -143,6 +169,7 @@ Int8Scratch int8_scratch(std::uint8_t* base, std::size_t cols) {
   s.q = reinterpret_cast<std::int8_t*>(base + 2048);
   s.scale = reinterpret_cast<float*>(base + 2048 + round_up(kTile * s.ldq, 64));
   s.offset = s.scale + nsub * kTile;
+  s.nsub = nsub;
   return s;
 }
 
@@ -154,20 +181,30 @@ inline void store32(std::int8_t* dst, __m256i v) { _mm256_storeu_si256(reinterpr
 template <GgmlType W>
 void decode_row(const std::uint8_t* row, std::size_t cols, const Int8Scratch& s, std::size_t n) {
   std::int8_t* q = s.q + n * s.ldq;
+  float* scale = s.scale + n * s.nsub;
+  float* offset = s.offset + n * s.nsub;
   const __m256i nibble = _mm256_set1_epi8(0x0F);
-  if constexpr (W == GgmlType::q8_0) {
-    const auto* b = reinterpret_cast<const BlockQ8_0*>(row);
-    for (std::size_t i = 0; i < cols / kQk; ++i) {
-      store32(q + i * kQk, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs)));
-      s.scale[i * kTile + n] = fp16_to_fp32(b[i].d);
+  if constexpr (W == GgmlType::q8_0 || W == GgmlType::q4_0) {
+    using Block = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, BlockQ4_0>;
+    const auto* b = reinterpret_cast<const Block*>(row);
+    const std::size_t nb = cols / kQk;
+    // Sixteen block scales per gather: the low half of the dword at each block's start.
+    const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32(static_cast<int>(sizeof(Block))));
+    std::size_t i = 0;
+    for (; i + 16 <= nb; i += 16) {
+      const __m512i d = _mm512_i32gather_epi32(offsets, b + i, 1);
+      _mm512_storeu_ps(scale + i, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
     }
-  } else if constexpr (W == GgmlType::q4_0) {
-    const auto* b = reinterpret_cast<const BlockQ4_0*>(row);
-    for (std::size_t i = 0; i < cols / kQk; ++i) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
-      const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), nibble);
-      store32(q + i * kQk, _mm256_sub_epi8(u, _mm256_set1_epi8(8)));
-      s.scale[i * kTile + n] = fp16_to_fp32(b[i].d);
+    for (; i < nb; ++i) scale[i] = half_to_float(b[i].d);
+    for (i = 0; i < nb; ++i) {
+      if constexpr (W == GgmlType::q8_0) {
+        store32(q + i * kQk, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs)));
+      } else {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
+        const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), nibble);
+        store32(q + i * kQk, _mm256_sub_epi8(u, _mm256_set1_epi8(8)));
+      }
     }
   } else if constexpr (W == GgmlType::q4_k || W == GgmlType::q5_k) {
     using Block = std::conditional_t<W == GgmlType::q4_k, BlockQ4_K, BlockQ5_K>;
@@ -175,8 +212,8 @@ void decode_row(const std::uint8_t* row, std::size_t cols, const Int8Scratch& s,
     for (std::size_t i = 0; i < cols / kQkK; ++i) {
       std::uint8_t sm[16];
       unpack_k4_scales(b[i].scales, sm);
-      const float d = fp16_to_fp32(b[i].d);
-      const float dmin = fp16_to_fp32(b[i].dmin);
+      const float d = half_to_float(b[i].d);
+      const float dmin = half_to_float(b[i].dmin);
       __m256i qh = _mm256_setzero_si256();
       if constexpr (W == GgmlType::q5_k) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh));
       for (int j = 0; j < 4; ++j) {
@@ -193,15 +230,15 @@ void decode_row(const std::uint8_t* row, std::size_t cols, const Int8Scratch& s,
         store32(q + i * kQkK + 64 * j + 32, hi);
       }
       for (int j = 0; j < 8; ++j) {
-        s.scale[(i * 8 + j) * kTile + n] = d * sm[j];
-        s.offset[(i * 8 + j) * kTile + n] = -dmin * sm[8 + j];
+        scale[i * 8 + j] = d * sm[j];
+        offset[i * 8 + j] = -dmin * sm[8 + j];
       }
     }
   } else {
     const auto* b = reinterpret_cast<const BlockQ6_K*>(row);
     const __m256i two_bits = _mm256_set1_epi8(0x03);
     for (std::size_t i = 0; i < cols / kQkK; ++i) {
-      const float d = fp16_to_fp32(b[i].d);
+      const float d = half_to_float(b[i].d);
       for (int h = 0; h < 2; ++h) {
         const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].ql + 64 * h));
         const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].ql + 64 * h + 32));
@@ -216,7 +253,7 @@ void decode_row(const std::uint8_t* row, std::size_t cols, const Int8Scratch& s,
         store32(out + 64, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), nibble), high(4)), bias));
         store32(out + 96, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), nibble), high(6)), bias));
       }
-      for (int g = 0; g < 16; ++g) s.scale[(i * 16 + g) * kTile + n] = d * b[i].scales[g];
+      for (int g = 0; g < 16; ++g) scale[i * 16 + g] = d * b[i].scales[g];
     }
   }
 }
@@ -242,12 +279,15 @@ void int8_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8
 
   for (std::size_t r0 = begin; r0 < end; r0 += kTile) {
     const std::size_t nrows = std::min(kTile, end - r0);
+    const std::size_t next_rows = r0 + kTile < end ? std::min(kTile, end - r0 - kTile) : 0;
+    NextGroupPrefetch prefetch(c.w + (r0 + kTile) * c.row_bytes, next_rows, c.row_bytes, tiles_m * nsub);
     for (std::size_t n = 0; n < kTile; ++n) {
       if (n < nrows) {
         decode_row<W>(c.w + (r0 + n) * c.row_bytes, c.cols, s, n);
       } else {
         std::memset(s.q + n * s.ldq, 0, c.cols);
-        for (std::size_t j = 0; j < nsub; ++j) s.scale[j * kTile + n] = s.offset[j * kTile + n] = 0;
+        std::fill(s.scale + n * nsub, s.scale + (n + 1) * nsub, 0.0F);
+        std::fill(s.offset + n * nsub, s.offset + (n + 1) * nsub, 0.0F);
       }
     }
     for (std::size_t mt = 0; mt < tiles_m; ++mt) {
@@ -256,36 +296,45 @@ void int8_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8
       const float* xs = xd + nsub * kTile;
       __m512 acc[kTile];
       for (auto& a : acc) a = _mm512_setzero_ps();
-      // Sub-block j's product is issued one step ahead of its scaling, in the other C tile.
+      // Two tile sets alternate: the product of sub-block j+1 is issued before the result of j is
+      // stored, so the tile store never waits for the multiply just issued and the AVX-512
+      // scaling of j overlaps the multiply of j+1.
       const auto multiply = [&](std::size_t j) {
         if (j % 2 == 0) {
           _tile_zero(0);
           _tile_loadd(1, s.q + j * S, static_cast<long>(s.ldq));
           _tile_loadd(2, base + j * S * kTile, 64);
           _tile_dpbssd(0, 1, 2);
-          _tile_stored(0, out, 64);
         } else {
           _tile_zero(3);
           _tile_loadd(4, s.q + j * S, static_cast<long>(s.ldq));
           _tile_loadd(5, base + j * S * kTile, 64);
           _tile_dpbssd(3, 4, 5);
+        }
+      };
+      const auto store = [&](std::size_t j) {
+        if (j % 2 == 0) {
+          _tile_stored(0, out, 64);
+        } else {
           _tile_stored(3, out + 256, 64);
         }
       };
       multiply(0);
       for (std::size_t j = 0; j < nsub; ++j) {
         if (j + 1 < nsub) multiply(j + 1);
+        store(j);
+        prefetch.step();
         const std::int32_t* tile = out + (j % 2) * 256;
         const __m512 xdv = _mm512_load_ps(xd + j * kTile);
-        const float* sw = s.scale + j * kTile;
+        const float* sw = s.scale + j;
         for (std::size_t n = 0; n < kTile; ++n) {
           const __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512(tile + n * 16));
-          acc[n] = _mm512_fmadd_ps(dot, _mm512_mul_ps(xdv, _mm512_set1_ps(sw[n])), acc[n]);
+          acc[n] = _mm512_fmadd_ps(dot, _mm512_mul_ps(xdv, _mm512_set1_ps(sw[n * nsub])), acc[n]);
         }
         if constexpr (has_offset<W>()) {
           const __m512 xsv = _mm512_load_ps(xs + j * kTile);
-          const float* ow = s.offset + j * kTile;
-          for (std::size_t n = 0; n < kTile; ++n) acc[n] = _mm512_fmadd_ps(xsv, _mm512_set1_ps(ow[n]), acc[n]);
+          const float* ow = s.offset + j;
+          for (std::size_t n = 0; n < kTile; ++n) acc[n] = _mm512_fmadd_ps(xsv, _mm512_set1_ps(ow[n * nsub]), acc[n]);
         }
       }
       alignas(64) float result[kTile][kTile];
@@ -344,6 +393,9 @@ void bf16_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8
 
   for (std::size_t r0 = begin; r0 < end; r0 += kBf16Rows) {
     const std::size_t nrows = std::min(kBf16Rows, end - r0);
+    const std::size_t next_rows = r0 + kBf16Rows < end ? std::min(kBf16Rows, end - r0 - kBf16Rows) : 0;
+    NextGroupPrefetch prefetch(c.w + (r0 + kBf16Rows) * c.row_bytes, next_rows, c.row_bytes,
+                               (tiles_m + 1) / 2 * chunks);
     for (std::size_t n = 0; n < kBf16Rows; ++n) {
       auto* dst = reinterpret_cast<std::uint16_t*>(wbuf + n * ldw);
       if (n >= nrows) {
@@ -370,6 +422,7 @@ void bf16_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8
       _tile_zero(2);
       _tile_zero(3);
       for (std::size_t k = 0; k < chunks; ++k) {
+        prefetch.step();
         _tile_loadd(4, wbuf + 64 * k, static_cast<long>(ldw));
         _tile_loadd(5, wbuf + 16 * ldw + 64 * k, static_cast<long>(ldw));
         _tile_loadd(6, b0 + 1024 * k, 64);

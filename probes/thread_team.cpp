@@ -7,6 +7,7 @@
 namespace infercast {
 
 ThreadTeam::ThreadTeam(unsigned size) : size_(size == 0 ? 1 : size) {
+  caller_affinity_saved_ = sched_getaffinity(0, sizeof caller_affinity_, &caller_affinity_) == 0;
   if (!pin_current_thread_to_core(0)) pinned_ = false;
   threads_.reserve(size_ - 1);
   for (unsigned m = 1; m < size_; ++m) threads_.emplace_back([this, m] { worker(m); });
@@ -16,6 +17,7 @@ ThreadTeam::~ThreadTeam() {
   stop_.store(true, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   for (auto& t : threads_) t.join();
+  if (caller_affinity_saved_) sched_setaffinity(0, sizeof caller_affinity_, &caller_affinity_);
 }
 
 void ThreadTeam::worker(unsigned member) {

@@ -2,11 +2,14 @@
 // A persistent team of threads, each pinned to its own physical core, that runs one function on
 // every member and waits for all of them. Created once per measurement series, so timing never
 // includes thread creation; members spin between jobs so a release costs ~100 ns, not a futex
-// wake-up. Member 0 is the calling thread.
+// wake-up. Member 0 is the calling thread; its previous CPU affinity is restored when the team
+// ends, so a library using a team does not leave its caller pinned to one core.
 #include <atomic>
 #include <functional>
 #include <thread>
 #include <vector>
+
+#include <sched.h>
 
 namespace infercast {
 
@@ -41,6 +44,8 @@ class ThreadTeam {
   std::atomic<bool> pinned_{true};
   std::atomic<unsigned> barrier_count_{0};
   std::atomic<unsigned> barrier_generation_{0};
+  cpu_set_t caller_affinity_{};
+  bool caller_affinity_saved_ = false;
 };
 
 }  // namespace infercast

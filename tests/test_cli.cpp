@@ -103,3 +103,60 @@ TEST(Cli, QuickProbeWritesAProfileAtomically) {
   ASSERT_EQ(json.status, 0) << json.err;
   EXPECT_EQ(nlohmann::json::parse(json.out)["schema"], "infercast.profile/1");
 }
+
+namespace {
+// A profile with the ceilings `infercast kernels` reads; the rest of a probe profile is
+// irrelevant to it and must survive the update untouched.
+fs::path write_profile(const std::string& name, const std::string& text) {
+  const fs::path p = fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(p) << text;
+  return p;
+}
+const char* kProfile = R"({"schema": "infercast.profile/1", "keep": [1, 2, 3],
+  "summary": {"dram_read_gbs": 20.0, "peak_fp32_gflops": 200.0, "peak_int8_vnni_gops": 500.0,
+              "peak_bf16_gflops": 100.0, "peak_amx_int8_gops": null, "peak_amx_bf16_gflops": null}})";
+}  // namespace
+
+TEST(CliKernels, BadInputExitsWithStatusTwo) {
+  const fs::path good = write_profile("kernels-good", kProfile);
+  const fs::path broken = write_profile("kernels-broken", "{\"summary\": ");
+  const fs::path empty = write_profile("kernels-empty", "{}");
+  const std::string p = " --profile " + good.string();
+  expect_usage_error("kernels --profile /nonexistent/profile.json", "no profile");
+  expect_usage_error("kernels --profile " + broken.string(), "not valid JSON");
+  expect_usage_error("kernels --profile " + empty.string(), "summary");
+  expect_usage_error("kernels" + p + " --formats Q3_K", "Q3_K");
+  expect_usage_error("kernels" + p + " --formats Q4_K --shapes 64x100", "multiples of 256");
+  expect_usage_error("kernels" + p + " --shapes 64by100", "ROWSxCOLS");
+  expect_usage_error("kernels" + p + " --threads 100000", "--threads");
+  expect_usage_error("kernels" + p + " --isa sse9", "sse9");
+  expect_usage_error("kernels" + p + " --batches 0", "batch 0");
+  expect_usage_error("kernels" + p + " --footprint 900TiB --shapes 64x256", "memory");
+  fs::remove(good);
+  fs::remove(broken);
+  fs::remove(empty);
+}
+
+TEST(CliKernels, JsonRecordsAndProfileUpdate) {
+  const fs::path profile = write_profile("kernels-run", kProfile);
+  const Result r = run("kernels --profile " + profile.string() +
+                       " --shapes 64x256 --batches 1,3 --formats Q4_0,F16,Q6_K --footprint 1MiB --min-time 0.01 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto records = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(records.is_array());
+  EXPECT_EQ(records.size(), 6U);
+  for (const auto& rec : records) {
+    for (const char* key : {"format", "isa", "batch", "rows", "cols", "threads", "weight_gbs", "gops", "roofline_fraction"}) {
+      EXPECT_TRUE(rec.contains(key)) << key;
+    }
+    EXPECT_GT(rec["gops"].get<double>(), 0.0);
+    EXPECT_EQ(rec["rows"].get<int>(), 64);
+  }
+  std::ifstream in(profile);
+  const auto updated = nlohmann::json::parse(in);
+  EXPECT_EQ(updated["keep"], nlohmann::json({1, 2, 3}));  // earlier content kept
+  EXPECT_EQ(updated["kernels"]["schema"], "infercast.kernels/1");
+  EXPECT_EQ(updated["kernels"]["records"].size(), 6U);
+  EXPECT_EQ(updated["kernels"]["quality"].size(), 6U);  // 3 formats x 2 weight distributions
+  fs::remove(profile);
+}

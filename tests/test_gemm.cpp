@@ -170,6 +170,15 @@ TEST(ThreadPool, SplitRowsCoversEveryRowOnceInSteps) {
   }
 }
 
+TEST(ThreadPool, RestoresTheCallersAffinity) {
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof before, &before), 0);
+  { ThreadPool pool(1); }  // pins the calling thread to core 0 while it lives
+  cpu_set_t after;
+  ASSERT_EQ(sched_getaffinity(0, sizeof after, &after), 0);
+  EXPECT_TRUE(CPU_EQUAL(&before, &after));
+}
+
 TEST(ThreadPool, RunsEveryMemberAndReusesThreads) {
   ThreadPool pool(2);
   std::vector<int> hits(pool.size(), 0);
