@@ -70,10 +70,11 @@ void print_points(const std::vector<KernelPoint>& points, const Ceilings& c) {
   if (c.amx_int8_gops) fmt::print(", AMX INT8 {:.0f} GOPS", *c.amx_int8_gops);
   if (c.int8_vnni_gops) fmt::print(", VNNI {:.0f} GOPS", *c.int8_vnni_gops);
   if (c.fp32_gflops) fmt::print(", FP32 {:.0f} GFLOPS", *c.fp32_gflops);
-  fmt::print("\n\n  {:<6} {:<13} {:>12} {:>5} {:>9} {:>9} {:>8} {:>9}\n", "format", "kernel", "shape", "batch", "GB/s",
-             "GOPS", "bound", "roofline");
+  fmt::print("\n\n  {:<6} {:<7} {:<13} {:>12} {:>5} {:>9} {:>9} {:>8} {:>9}\n", "format", "isa", "kernel", "shape", "batch",
+             "GB/s", "GOPS", "bound", "roofline");
   for (const auto& p : points) {
-    fmt::print("  {:<6} {:<13} {:>12} {:>5} {:>9.1f} {:>9.1f} {:>8} {:>9}\n", format_info(p.type).name, p.kernel,
+    fmt::print("  {:<6} {:<7} {:<13} {:>12} {:>5} {:>9.1f} {:>9.1f} {:>8} {:>9}\n", format_info(p.type).name,
+               to_string(p.level), p.kernel,
                fmt::format("{}x{}", p.shape.rows, p.shape.cols), p.batch, p.weight_gbs, p.gops, p.bound,
                percent(p.roofline_fraction));
   }
