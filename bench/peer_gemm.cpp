@@ -17,6 +17,7 @@
 #include "kernels/formats.h"
 #include "kernels/gemm.h"
 #include "kernels/half.h"
+#include "kernels/measure.h"
 #include "probes/stats.h"
 #include "probes/timer.h"
 #include "probes/topology.h"
@@ -40,8 +41,9 @@ Args parse(int argc, char** argv) {
     const std::string v = argv[i + 1];
     if (k == "--threads") a.threads = static_cast<unsigned>(std::stoul(v));
     if (k == "--shape") {
-      a.rows = std::stoul(v.substr(0, v.find('x')));
-      a.cols = std::stoul(v.substr(v.find('x') + 1));
+      const infercast::Shape s = infercast::parse_shape(v);
+      a.rows = s.rows;
+      a.cols = s.cols;
     }
     if (k == "--batches") {
       a.batches.clear();
@@ -157,7 +159,13 @@ double openblas(const Args& a, std::size_t batch) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Args a = parse(argc, argv);
+  Args a;
+  try {
+    a = parse(argc, argv);
+  } catch (const std::exception& e) {  // UsageError, or std::stoul on a non-number
+    fmt::print(stderr, "infercast_peer_gemm: {}\n", e.what());
+    return 2;
+  }
   // Same threads, pinned one per core, for every library.
   setenv("OMP_NUM_THREADS", std::to_string(a.threads).c_str(), 1);
   setenv("OMP_PROC_BIND", "close", 0);

@@ -134,9 +134,7 @@ void run(const KernelsArgs& args) {
     if (!bytes || *bytes == 0) throw UsageError(fmt::format("--footprint '{}' is not a size such as 512MiB", args.footprint));
     o.footprint_bytes = *bytes;
   }
-  validate_sweep(o);
-
-  ProgressPrinter progress;
+  ProgressPrinter progress;  // run_kernel_sweep validates the options before any work
   const auto points = run_kernel_sweep(o, ceilings, [&](const std::string& what, double f) { progress.update(what, f); });
   std::vector<QualityRow> quality;
   if (!args.no_quality) {

@@ -18,18 +18,11 @@
 #include "kernels/gemm_kernels.h"
 #include "kernels/half.h"
 #include "kernels/simd_quantize.h"
+#include "probes/amx_tile_config.h"
 
 namespace infercast {
 namespace {
 
-struct alignas(64) TileConfig {
-  std::uint8_t palette = 1;
-  std::uint8_t start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
 
 class TileSession {
  public:

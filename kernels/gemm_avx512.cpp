@@ -167,17 +167,20 @@ void pack_q8_0(const GemmCall& c, std::size_t begin, std::size_t end) {
   }
 }
 
-// fp16 word indices of the block scales in a 64-byte window starting at a group's first block.
-inline __m512i scale_index_q8_0() {
-  alignas(64) std::int16_t idx[32] = {};
-  for (int i = 0; i < 16; ++i) idx[i] = static_cast<std::int16_t>(i < 8 ? 0 : 17);  // byte 34
-  return _mm512_load_si512(idx);
+// Word-index tables for vpermw, filled at compile time so no kernel call builds them.
+using WordIndex = std::array<std::int16_t, 32>;
+template <class F>
+constexpr WordIndex word_index(F f) {
+  WordIndex idx{};
+  for (int i = 0; i < 32; ++i) idx[static_cast<std::size_t>(i)] = static_cast<std::int16_t>(f(i));
+  return idx;
 }
-inline __m512i scale_index_q4_0() {
-  alignas(64) std::int16_t idx[32] = {};
-  for (int i = 0; i < 16; ++i) idx[i] = static_cast<std::int16_t>(9 * (i / 4));  // bytes 0, 18, 36, 54
-  return _mm512_load_si512(idx);
-}
+inline __m512i load_index(const WordIndex& idx) { return _mm512_loadu_si512(idx.data()); }
+
+// fp16 word indices of the block scales in a 64-byte window starting at a group's first block:
+// Q8_0 blocks at bytes 0 and 34, Q4_0 blocks at bytes 0, 18, 36, 54.
+constexpr WordIndex kScaleIndexQ8_0 = word_index([](int i) { return i < 16 ? (i < 8 ? 0 : 17) : 0; });
+constexpr WordIndex kScaleIndexQ4_0 = word_index([](int i) { return i < 16 ? 9 * (i / 4) : 0; });
 
 template <GgmlType W, bool Vnni, int Nr, int Na>
 void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
@@ -186,7 +189,7 @@ void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
   const std::size_t nb = c.cols / kQk;
   const std::size_t groups = (nb + G - 1) / G;
   const std::size_t row_stride = q8_0_packed_row<W>(c.cols);
-  const __m512i scale_index = W == GgmlType::q8_0 ? scale_index_q8_0() : scale_index_q4_0();
+  const __m512i scale_index = load_index(W == GgmlType::q8_0 ? kScaleIndexQ8_0 : kScaleIndexQ4_0);
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   const std::uint8_t* rows[Nr];
   for (int i = 0; i < Nr; ++i) rows[i] = c.w + (r + i) * c.row_bytes;
@@ -298,25 +301,24 @@ inline __m128i unpack_k4_scales(const std::uint8_t* packed) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
 }
 
-// Index vectors for vpermw: int16 lanes 0..15 take scale `a`, lanes 16..31 scale `b`.
-inline __m512i pick2(int a, int b) {
-  alignas(64) std::int16_t idx[32];
-  for (int i = 0; i < 32; ++i) idx[i] = static_cast<std::int16_t>(i < 16 ? a : b);
-  return _mm512_load_si512(idx);
+// vpermw indices: for Q4_K/Q5_K, int16 lanes 0..15 take scale a and 16..31 scale b; for Q6_K,
+// lanes in groups of eight take scales g..g+3.
+constexpr WordIndex pick2(int a, int b) {
+  return word_index([=](int i) { return i < 16 ? a : b; });
 }
-// Lanes in groups of eight take scales g, g+1, g+2, g+3.
-inline __m512i pick4(int g) {
-  alignas(64) std::int16_t idx[32];
-  for (int i = 0; i < 32; ++i) idx[i] = static_cast<std::int16_t>(g + i / 8);
-  return _mm512_load_si512(idx);
+constexpr WordIndex pick4(int g) {
+  return word_index([=](int i) { return g + i / 8; });
 }
+constexpr std::array<WordIndex, 4> kPickK4 = {pick2(0, 2), pick2(1, 3), pick2(4, 6), pick2(5, 7)};
+constexpr std::array<WordIndex, 4> kPickQ6K = {pick4(0), pick4(4), pick4(8), pick4(12)};
 
 template <GgmlType W, bool Vnni, int Nr, int Na>
 void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
   using Block = std::conditional_t<W == GgmlType::q4_k, BlockQ4_K, BlockQ5_K>;
   const std::size_t nb = c.cols / kQkK;
   const std::size_t row_stride = q8_k_packed_row(c.cols);
-  const __m512i pick[4] = {pick2(0, 2), pick2(1, 3), pick2(4, 6), pick2(5, 7)};
+  const __m512i pick[4] = {load_index(kPickK4[0]), load_index(kPickK4[1]), load_index(kPickK4[2]),
+                           load_index(kPickK4[3])};
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   const Block* rows[Nr];
   for (int i = 0; i < Nr; ++i) rows[i] = reinterpret_cast<const Block*>(c.w + (r + i) * c.row_bytes);
@@ -382,7 +384,8 @@ template <bool Vnni, int Nr, int Na>
 void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
   const std::size_t nb = c.cols / kQkK;
   const std::size_t row_stride = q8_k_packed_row(c.cols);
-  const __m512i pick[4] = {pick4(0), pick4(4), pick4(8), pick4(12)};
+  const __m512i pick[4] = {load_index(kPickQ6K[0]), load_index(kPickQ6K[1]), load_index(kPickQ6K[2]),
+                           load_index(kPickQ6K[3])};
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   const __m512i high_bits = _mm512_set1_epi8(0x30);
   // Per 16-bit lane shift counts moving qh bit pairs 0,2 (low plane) and 4,6 (high plane) to bits 4-5.

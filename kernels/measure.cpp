@@ -11,6 +11,7 @@
 #include "kernels/gemm.h"
 #include "probes/error.h"
 #include "probes/memory.h"
+#include "probes/random.h"
 #include "probes/stats.h"
 #include "probes/timer.h"
 #include "probes/topology.h"
@@ -24,27 +25,8 @@ std::optional<double> number_at(const nlohmann::json& j, const char* key) {
   return j[key].get<double>();
 }
 
-// splitmix64 + Box-Muller: the same weights on every platform and compiler.
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) : state_(seed) {}
-  double uniform() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
-  }
-  float gaussian() {
-    const double u1 = uniform() + 0x1.0p-60;
-    return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * uniform()));
-  }
-
- private:
-  std::uint64_t state_;
-};
-
 std::vector<float> gaussian_vector(std::size_t n, std::uint64_t seed, float sigma) {
-  Rng rng(seed);
+  SeededRng rng(seed);
   std::vector<float> v(n);
   for (auto& x : v) x = sigma * rng.gaussian();
   return v;
@@ -246,7 +228,7 @@ std::vector<QualityRow> measure_quality(const std::vector<GgmlType>& formats) {
     std::vector<float> w = gaussian_vector(kRows * kCols, 5, 0.02F);
     if (std::string_view(kind) == "heavy_tailed") {
       // One weight in a hundred ten times larger: the outliers real checkpoints carry.
-      Rng rng(9);
+      SeededRng rng(9);
       for (auto& v : w) {
         if (rng.uniform() < 0.01) v *= 10.0F;
       }

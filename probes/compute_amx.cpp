@@ -7,19 +7,11 @@
 #include <cstring>
 
 #include "probes/compute_kernels.h"
+#include "probes/amx_tile_config.h"
 
 namespace infercast::kernels_amx {
 namespace {
 
-// Palette 1: eight tiles of 16 rows x 64 bytes.
-struct alignas(64) TileConfig {
-  std::uint8_t palette = 1;
-  std::uint8_t start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
 
 void configure_tiles() {
   TileConfig cfg;

@@ -1,4 +1,5 @@
 #include "probes/latency.h"
+#include "probes/random.h"
 
 #include <algorithm>
 #include <atomic>
@@ -18,13 +19,6 @@ constexpr std::size_t kLine = 64;
 
 // The streamers' checksums end here, so their reads are observable and cannot be dropped.
 std::atomic<std::uint32_t> read_sink{0};
-
-std::uint64_t splitmix(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
 
 // Times `loads` dependent loads, calibrated to the minimum time; returns ns per load.
 double time_chase(const void* start, std::size_t lines, double min_time) {
@@ -47,9 +41,9 @@ void build_chase(void* buffer, std::size_t lines, std::uint64_t seed) {
   // Sattolo's shuffle yields a permutation with exactly one cycle through every element.
   std::vector<std::uint32_t> order(lines);
   for (std::size_t i = 0; i < lines; ++i) order[i] = static_cast<std::uint32_t>(i);
-  std::uint64_t state = seed;
+  SeededRng rng(seed);
   for (std::size_t i = lines - 1; i > 0; --i) {
-    const std::size_t j = splitmix(state) % i;
+    const std::size_t j = rng.next() % i;
     std::swap(order[i], order[j]);
   }
   auto* base = static_cast<std::byte*>(buffer);
