@@ -149,6 +149,7 @@ template <class Act, int Na>
 struct Activations {
   const Act* row[kMaxNa];
   Activations(const GemmCall& c, std::size_t b0) {
+    INFERCAST_UNROLL
     for (int a = 0; a < Na; ++a) row[a] = reinterpret_cast<const Act*>(c.packed + (b0 + a) * act_row<Act>(c.cols));
   }
 };
@@ -157,13 +158,16 @@ template <class Block, int Nr>
 struct WeightRows {
   const Block* row[Nr];
   WeightRows(const GemmCall& c, std::size_t r) {
+    INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) row[i] = reinterpret_cast<const Block*>(c.w + (r + i) * c.row_bytes);
   }
 };
 
 template <int Nr, int Na>
 void store_sums(const GemmCall& c, std::size_t r, std::size_t b0, const __m256 (&acc)[Nr][kMaxNa]) {
+  INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
+    INFERCAST_UNROLL
     for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r + i] = hsum(acc[i][a]);
   }
 }
@@ -180,6 +184,7 @@ void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
     for (auto& v : row) v = _mm256_setzero_ps();
   }
   for (std::size_t b = 0; b < c.cols / kQk; ++b) {
+    INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) {
       const Block& blk = w.row[i][b];
       __m256i v;
@@ -191,12 +196,13 @@ void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
         v = _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
       }
       const __m256i u = _mm256_sign_epi8(v, v);
-      const float dw = fp16_to_fp32(blk.d);
+      const float dw = _cvtsh_ss(blk.d);
+      INFERCAST_UNROLL
       for (int a = 0; a < Na; ++a) {
         const BlockQ8_0& x = act.row[a][b];
         const __m256i s = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs)), v);
         const __m256i dot = dot_u8s8<Vnni>(_mm256_setzero_si256(), u, s);
-        acc[i][a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * fp16_to_fp32(x.d)), acc[i][a]);
+        acc[i][a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * _cvtsh_ss(x.d)), acc[i][a]);
       }
     }
   }
@@ -211,13 +217,16 @@ void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   __m256 acc[Nr][kMaxNa];
   __m128 mins_acc[Nr][kMaxNa];
+  INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
+    INFERCAST_UNROLL
     for (int a = 0; a < Na; ++a) {
       acc[i][a] = _mm256_setzero_ps();
       mins_acc[i][a] = _mm_setzero_ps();
     }
   }
   for (std::size_t s = 0; s < c.cols / kQkK; ++s) {
+    INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) {
       const Block& blk = w.row[i][s];
       alignas(16) std::uint8_t sm[16];
@@ -237,8 +246,9 @@ void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
           u[j] = _mm256_or_si256(u[j], _mm256_and_si256(set, _mm256_set1_epi8(16)));
         }
       }
-      const float d = fp16_to_fp32(blk.d);
-      const float dmin = fp16_to_fp32(blk.dmin);
+      const float d = _cvtsh_ss(blk.d);
+      const float dmin = _cvtsh_ss(blk.dmin);
+      INFERCAST_UNROLL
       for (int a = 0; a < Na; ++a) {
         const BlockQ8_K& x = act.row[a][s];
         __m256i isum = _mm256_setzero_si256();
@@ -255,7 +265,9 @@ void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
       }
     }
   }
+  INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
+    INFERCAST_UNROLL
     for (int a = 0; a < Na; ++a) {
       __m128 m = _mm_add_ps(mins_acc[i][a], _mm_movehl_ps(mins_acc[i][a], mins_acc[i][a]));
       m = _mm_add_ss(m, _mm_movehdup_ps(m));
@@ -275,6 +287,7 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
     for (auto& v : row) v = _mm256_setzero_ps();
   }
   for (std::size_t s = 0; s < c.cols / kQkK; ++s) {
+    INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) {
       const BlockQ6_K& blk = w.row[i][s];
       __m256i u[8];
@@ -296,7 +309,8 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
         }
       }
       const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
-      const float d = fp16_to_fp32(blk.d);
+      const float d = _cvtsh_ss(blk.d);
+      INFERCAST_UNROLL
       for (int a = 0; a < Na; ++a) {
         const BlockQ8_K& x = act.row[a][s];
         __m256i isum = _mm256_setzero_si256();
@@ -340,6 +354,7 @@ inline float weight_at(const std::uint8_t* row, std::size_t k) {
 template <GgmlType W, int Nr, int Na>
 void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
   const std::uint8_t* rows[Nr];
+  INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) rows[i] = c.w + (r + i) * c.row_bytes;
   __m256 acc[Nr][kMaxNa];
   for (auto& row : acc) {
@@ -348,13 +363,18 @@ void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
   std::size_t k = 0;
   for (; k + 8 <= c.cols; k += 8) {
     __m256 x[kMaxNa];
+    INFERCAST_UNROLL
     for (int a = 0; a < Na; ++a) x[a] = _mm256_loadu_ps(c.x + (b0 + a) * c.ldx + k);
+    INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) {
       const __m256 wv = load_weights8<W>(rows[i], k);
+      INFERCAST_UNROLL
       for (int a = 0; a < Na; ++a) acc[i][a] = _mm256_fmadd_ps(wv, x[a], acc[i][a]);
     }
   }
+  INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
+    INFERCAST_UNROLL
     for (int a = 0; a < Na; ++a) {
       float sum = hsum(acc[i][a]);
       for (std::size_t t = k; t < c.cols; ++t) sum += weight_at<W>(rows[i], t) * c.x[(b0 + a) * c.ldx + t];

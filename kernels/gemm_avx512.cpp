@@ -78,6 +78,26 @@ void quantize_q8_k_avx512(const float* x, BlockQ8_K* y, std::size_t count) {
   }
 }
 
+// Accumulators: Nr weight rows x Na activation rows, one vector of partial sums each.
+template <int Nr>
+using Accumulators = __m512[Nr][kMaxNa];
+
+template <int Nr, int Na>
+INFERCAST_INLINE void zero(Accumulators<Nr>& acc) {
+  INFERCAST_UNROLL
+  for (int i = 0; i < Nr; ++i) {
+    INFERCAST_UNROLL
+    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_setzero_ps();
+  }
+}
+
+template <int Nr, int Na>
+void store_sums(const GemmCall& c, std::size_t r, std::size_t b0, const Accumulators<Nr>& acc) {
+  for (int i = 0; i < Nr; ++i) {
+    for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r + i] = _mm512_reduce_add_ps(acc[i][a]);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Integer dot helpers.
 
@@ -110,8 +130,9 @@ inline __m512i load_2x256(const void* lo, const void* hi) {
 // scales come out of one permute of the bytes already loaded.
 //
 // Packed activations per group (Q8_0: 2 blocks in 192 bytes, Q4_0: 4 blocks in 256 bytes): the
-// quants in the order the weight vectors hold them, 16 per-lane activation scales, and (Q4_0)
-// per-lane corrections -8 * sum(x) that turn the unsigned nibble products into signed ones.
+// quants in the order the weight vectors hold them, 16 per-lane activation scales, and per-lane
+// corrections that turn unsigned weight products into signed ones: -8 * sum(x) for Q4_0's
+// nibbles, -128 * sum(x over the lane's four bytes) for Q8_0 weights taken as w + 128.
 
 template <GgmlType W>
 constexpr std::size_t group_blocks() {
@@ -148,8 +169,13 @@ void pack_q8_0(const GemmCall& c, std::size_t begin, std::size_t end) {
         auto* scale = reinterpret_cast<float*>(out + 64);
         std::memcpy(q, x[0].qs, 32);
         std::memcpy(q + 32, x[1].qs, 32);
-        for (int i = 0; i < 16; ++i) scale[i] = fp16_to_fp32(x[i / 8].d);
-        std::memset(out + 128, 0, 64);
+        auto* corr = reinterpret_cast<std::int32_t*>(out + 128);
+        for (int i = 0; i < 16; ++i) {
+          scale[i] = _cvtsh_ss(x[i / 8].d);
+          int sum = 0;
+          for (int k = 0; k < 4; ++k) sum += q[4 * i + k];
+          corr[i] = -128 * sum;
+        }
       } else {
         auto* scale = reinterpret_cast<float*>(out + 128);
         auto* corr = reinterpret_cast<std::int32_t*>(out + 192);
@@ -160,7 +186,7 @@ void pack_q8_0(const GemmCall& c, std::size_t begin, std::size_t end) {
           int sum = 0;
           for (int i = 0; i < 32; ++i) sum += x[k].qs[i];
           corr[4 * k] = -8 * sum;
-          for (int i = 0; i < 4; ++i) scale[4 * k + i] = fp16_to_fp32(x[k].d);
+          for (int i = 0; i < 4; ++i) scale[4 * k + i] = _cvtsh_ss(x[k].d);
         }
       }
     }
@@ -182,68 +208,99 @@ inline __m512i load_index(const WordIndex& idx) { return _mm512_loadu_si512(idx.
 constexpr WordIndex kScaleIndexQ8_0 = word_index([](int i) { return i < 16 ? (i < 8 ? 0 : 17) : 0; });
 constexpr WordIndex kScaleIndexQ4_0 = word_index([](int i) { return i < 16 ? 9 * (i / 4) : 0; });
 
+// One group of blocks of Nr weight rows against Na activation rows.
 template <GgmlType W, bool Vnni, int Nr, int Na>
-void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
+INFERCAST_INLINE void q8_0_group(const std::uint8_t* const* blocks, const std::uint8_t* const* act,
+                                 Accumulators<Nr>& acc) {
   using Block = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, BlockQ4_0>;
-  constexpr std::size_t G = group_blocks<W>();
-  const std::size_t nb = c.cols / kQk;
-  const std::size_t groups = (nb + G - 1) / G;
-  const std::size_t row_stride = q8_0_packed_row<W>(c.cols);
   const __m512i scale_index = load_index(W == GgmlType::q8_0 ? kScaleIndexQ8_0 : kScaleIndexQ4_0);
-  const __m512i nibble = _mm512_set1_epi8(0x0F);
-  const std::uint8_t* rows[Nr];
-  for (int i = 0; i < Nr; ++i) rows[i] = c.w + (r + i) * c.row_bytes;
-  const std::uint8_t* act[kMaxNa];
-  __m512 acc[Nr][kMaxNa];
-  for (int a = 0; a < Na; ++a) act[a] = c.packed + (b0 + a) * row_stride;
+  INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
-    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_setzero_ps();
-  }
-  alignas(64) Block tail[G] = {};  // the last, partial group, zero-padded
-  for (std::size_t g = 0; g < groups; ++g) {
-    const bool partial = (g + 1) * G > nb;
-    for (int i = 0; i < Nr; ++i) {
-      const auto* blk = reinterpret_cast<const Block*>(rows[i]) + g * G;
-      if (partial) {
-        std::memset(tail, 0, sizeof tail);
-        std::memcpy(tail, blk, (nb - g * G) * sizeof(Block));
-        blk = tail;
-      }
-      // Both groups span at least 64 bytes, so this window never leaves them.
-      const __m512i window = _mm512_loadu_si512(blk);
-      const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(scale_index, window)));
-      if constexpr (W == GgmlType::q8_0) {
-        const __m512i v = load_2x256(blk[0].qs, blk[1].qs);
+    const auto* blk = reinterpret_cast<const Block*>(blocks[i]);
+    // Both groups span at least 64 bytes, so this window never leaves them.
+    const __m512i window = _mm512_loadu_si512(blk);
+    const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(scale_index, window)));
+    if constexpr (W == GgmlType::q8_0) {
+      const __m512i v = load_2x256(blk[0].qs, blk[1].qs);
+      if constexpr (Vnni) {
+        // w + 128 is unsigned; the packed correction -128 * sum(x) per lane restores the sign.
+        const __m512i u = _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
+        INFERCAST_UNROLL
+        for (int a = 0; a < Na; ++a) {
+          const std::uint8_t* px = act[a];
+          const __m512i dot = _mm512_dpbusd_epi32(_mm512_load_si512(px + 128), u, _mm512_load_si512(px));
+          const __m512 scale = _mm512_mul_ps(dw, _mm512_load_ps(reinterpret_cast<const float*>(px + 64)));
+          acc[i][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[i][a]);
+        }
+      } else {
+        // Without VNNI the u8 x s8 pairs saturate at int16, so w + 128 would overflow: move the
+        // weight's sign onto the activation instead.
         const __m512i u = _mm512_abs_epi8(v);
         const __mmask64 negative = _mm512_movepi8_mask(v);
+        INFERCAST_UNROLL
         for (int a = 0; a < Na; ++a) {
-          const std::uint8_t* px = act[a] + g * group_bytes<W>();
+          const std::uint8_t* px = act[a];
           const __m512i x = _mm512_load_si512(px);
           const __m512i xs = _mm512_mask_sub_epi8(x, negative, _mm512_setzero_si512(), x);
           const __m512i dot = dot_u8s8<Vnni>(_mm512_setzero_si512(), u, xs);
           const __m512 scale = _mm512_mul_ps(dw, _mm512_load_ps(reinterpret_cast<const float*>(px + 64)));
           acc[i][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[i][a]);
         }
-      } else {
-        __m512i q = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].qs)));
-        q = _mm512_inserti32x4(q, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].qs)), 1);
-        q = _mm512_inserti32x4(q, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[2].qs)), 2);
-        q = _mm512_inserti32x4(q, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[3].qs)), 3);
-        const __m512i lo = _mm512_and_si512(q, nibble);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble);
-        for (int a = 0; a < Na; ++a) {
-          const std::uint8_t* px = act[a] + g * group_bytes<W>();
-          __m512i dot = dot_u8s8<Vnni>(_mm512_load_si512(px + 192), lo, _mm512_load_si512(px));
-          dot = dot_u8s8<Vnni>(dot, hi, _mm512_load_si512(px + 64));
-          const __m512 scale = _mm512_mul_ps(dw, _mm512_load_ps(reinterpret_cast<const float*>(px + 128)));
-          acc[i][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[i][a]);
-        }
+      }
+    } else {
+      const __m512i nibble = _mm512_set1_epi8(0x0F);
+      __m512i q = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[0].qs)));
+      q = _mm512_inserti32x4(q, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].qs)), 1);
+      q = _mm512_inserti32x4(q, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[2].qs)), 2);
+      q = _mm512_inserti32x4(q, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[3].qs)), 3);
+      const __m512i lo = _mm512_and_si512(q, nibble);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble);
+      INFERCAST_UNROLL
+      for (int a = 0; a < Na; ++a) {
+        const std::uint8_t* px = act[a];
+        __m512i dot = dot_u8s8<Vnni>(_mm512_load_si512(px + 192), lo, _mm512_load_si512(px));
+        dot = dot_u8s8<Vnni>(dot, hi, _mm512_load_si512(px + 64));
+        const __m512 scale = _mm512_mul_ps(dw, _mm512_load_ps(reinterpret_cast<const float*>(px + 128)));
+        acc[i][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[i][a]);
       }
     }
   }
-  for (int i = 0; i < Nr; ++i) {
-    for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r + i] = _mm512_reduce_add_ps(acc[i][a]);
+}
+
+template <GgmlType W, bool Vnni, int Nr, int Na>
+void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
+  using Block = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, BlockQ4_0>;
+  constexpr std::size_t G = group_blocks<W>();
+  constexpr std::size_t kGroupWeightBytes = G * sizeof(Block);
+  const std::size_t nb = c.cols / kQk;
+  const std::size_t full = nb / G;
+  const std::size_t row_stride = q8_0_packed_row<W>(c.cols);
+  const std::uint8_t* rows[Nr];
+  const std::uint8_t* act[kMaxNa];
+  Accumulators<Nr> acc;
+  INFERCAST_UNROLL
+  for (int i = 0; i < Nr; ++i) rows[i] = c.w + (r + i) * c.row_bytes;
+  INFERCAST_UNROLL
+  for (int a = 0; a < Na; ++a) act[a] = c.packed + (b0 + a) * row_stride;
+  zero<Nr, Na>(acc);
+  for (std::size_t g = 0; g < full; ++g) {
+    q8_0_group<W, Vnni, Nr, Na>(rows, act, acc);
+    INFERCAST_UNROLL
+    for (int i = 0; i < Nr; ++i) rows[i] += kGroupWeightBytes;
+    INFERCAST_UNROLL
+    for (int a = 0; a < Na; ++a) act[a] += group_bytes<W>();
   }
+  if (full * G < nb) {
+    // The last, partial group: copy each row's remaining blocks into zero padding.
+    alignas(64) Block tail[Nr][G] = {};
+    const std::uint8_t* padded[Nr];
+    for (int i = 0; i < Nr; ++i) {
+      std::memcpy(tail[i], rows[i], (nb - full * G) * sizeof(Block));
+      padded[i] = reinterpret_cast<const std::uint8_t*>(tail[i]);
+    }
+    q8_0_group<W, Vnni, Nr, Na>(padded, act, acc);
+  }
+  store_sums<Nr, Na>(c, r, b0, acc);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -286,20 +343,7 @@ void pack_q8_k(const GemmCall& c, std::size_t begin, std::size_t end) {
   }
 }
 
-// The eight 6-bit scales (bytes 0..7) and mins (bytes 8..15) of a Q4_K/Q5_K super-block.
-inline __m128i unpack_k4_scales(const std::uint8_t* packed) {
-  std::uint32_t u[4];
-  std::memcpy(u, packed, 12);
-  constexpr std::uint32_t kLow6 = 0x3F3F3F3F;
-  constexpr std::uint32_t kLow4 = 0x0F0F0F0F;
-  constexpr std::uint32_t kLow2 = 0x03030303;
-  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
-  const std::uint32_t mins_low = u[1] & kLow6;
-  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
-  u[2] = mins_low;
-  u[0] &= kLow6;
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
-}
+#include "kernels/k_scales.inc"
 
 // vpermw indices: for Q4_K/Q5_K, int16 lanes 0..15 take scale a and 16..31 scale b; for Q6_K,
 // lanes in groups of eight take scales g..g+3.
@@ -321,18 +365,23 @@ void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
                            load_index(kPickK4[3])};
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   const Block* rows[Nr];
+  INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) rows[i] = reinterpret_cast<const Block*>(c.w + (r + i) * c.row_bytes);
   const std::uint8_t* act[kMaxNa];
-  __m512 acc[Nr][kMaxNa];
+  Accumulators<Nr> acc;
   __m128 mins_acc[Nr][kMaxNa];
+  INFERCAST_UNROLL
   for (int a = 0; a < Na; ++a) act[a] = c.packed + (b0 + a) * row_stride;
+  INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
+    INFERCAST_UNROLL
     for (int a = 0; a < Na; ++a) {
       acc[i][a] = _mm512_setzero_ps();
       mins_acc[i][a] = _mm_setzero_ps();
     }
   }
   for (std::size_t s = 0; s < nb; ++s) {
+    INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) {
       const Block& blk = rows[i][s];
       const __m128i sm = unpack_k4_scales(blk.scales);
@@ -345,6 +394,7 @@ void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
       if constexpr (W == GgmlType::q5_k) {
         const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
         const __m512i sixteen = _mm512_set1_epi8(16);
+        INFERCAST_UNROLL
         for (int v = 0; v < 4; ++v) {
           // Vector v holds sub-blocks first and first+2; their fifth bits are qh bits first, first+2.
           const int first = (v / 2) * 4 + v % 2;
@@ -354,12 +404,15 @@ void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
         }
       }
       __m512i scales[4];
+      INFERCAST_UNROLL
       for (int v = 0; v < 4; ++v) scales[v] = _mm512_permutexvar_epi16(pick[v], sc16);
-      const float d = fp16_to_fp32(blk.d);
-      const float dmin = fp16_to_fp32(blk.dmin);
+      const float d = _cvtsh_ss(blk.d);
+      const float dmin = _cvtsh_ss(blk.dmin);
+      INFERCAST_UNROLL
       for (int a = 0; a < Na; ++a) {
         const std::uint8_t* px = act[a] + s * kSuperBytes;
         __m512i isum = _mm512_setzero_si512();
+        INFERCAST_UNROLL
         for (int v = 0; v < 4; ++v) {
           const __m512i pairs = _mm512_maddubs_epi16(u[v], _mm512_load_si512(px + 64 * v));
           isum = dot_s16<Vnni>(isum, pairs, scales[v]);
@@ -371,7 +424,9 @@ void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
       }
     }
   }
+  INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
+    INFERCAST_UNROLL
     for (int a = 0; a < Na; ++a) {
       __m128 m = _mm_add_ps(mins_acc[i][a], _mm_movehl_ps(mins_acc[i][a], mins_acc[i][a]));
       m = _mm_add_ss(m, _mm_movehdup_ps(m));
@@ -392,20 +447,22 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
   const __m512i shl_lo = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
   const __m512i shr_hi = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
   const BlockQ6_K* rows[Nr];
+  INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) rows[i] = reinterpret_cast<const BlockQ6_K*>(c.w + (r + i) * c.row_bytes);
   const std::uint8_t* act[kMaxNa];
-  __m512 acc[Nr][kMaxNa];
+  Accumulators<Nr> acc;
+  INFERCAST_UNROLL
   for (int a = 0; a < Na; ++a) act[a] = c.packed + (b0 + a) * row_stride;
-  for (int i = 0; i < Nr; ++i) {
-    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_setzero_ps();
-  }
+  zero<Nr, Na>(acc);
   for (std::size_t s = 0; s < nb; ++s) {
+    INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) {
       const BlockQ6_K& blk = rows[i][s];
       const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
       const __m512i sc512 = _mm512_castsi256_si512(sc16);
       __m512i u[4];
       __m512i scales[4];
+      INFERCAST_UNROLL
       for (int h = 0; h < 2; ++h) {
         const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
         const __m512i qh =
@@ -417,10 +474,12 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
         scales[2 * h] = _mm512_permutexvar_epi16(pick[2 * h], sc512);
         scales[2 * h + 1] = _mm512_permutexvar_epi16(pick[2 * h + 1], sc512);
       }
-      const float d = fp16_to_fp32(blk.d);
+      const float d = _cvtsh_ss(blk.d);
+      INFERCAST_UNROLL
       for (int a = 0; a < Na; ++a) {
         const std::uint8_t* px = act[a] + s * kSuperBytes;
         __m512i isum = _mm512_setzero_si512();
+        INFERCAST_UNROLL
         for (int v = 0; v < 4; ++v) {
           const __m512i pairs = _mm512_maddubs_epi16(u[v], _mm512_load_si512(px + 64 * v));
           isum = dot_s16<Vnni>(isum, pairs, scales[v]);
@@ -434,9 +493,7 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
       }
     }
   }
-  for (int i = 0; i < Nr; ++i) {
-    for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r + i] = _mm512_reduce_add_ps(acc[i][a]);
-  }
+  store_sums<Nr, Na>(c, r, b0, acc);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -460,10 +517,8 @@ template <GgmlType W, int Nr, int Na>
 void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
   const std::uint8_t* rows[Nr];
   for (int i = 0; i < Nr; ++i) rows[i] = c.w + (r + i) * c.row_bytes;
-  __m512 acc[Nr][kMaxNa];
-  for (int i = 0; i < Nr; ++i) {
-    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_setzero_ps();
-  }
+  Accumulators<Nr> acc;
+  zero<Nr, Na>(acc);
   for (std::size_t k = 0; k < c.cols; k += 16) {
     const auto mask = static_cast<__mmask16>(c.cols - k >= 16 ? 0xFFFF : (1U << (c.cols - k)) - 1);
     __m512 x[kMaxNa];
@@ -473,9 +528,7 @@ void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
       for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_fmadd_ps(wv, x[a], acc[i][a]);
     }
   }
-  for (int i = 0; i < Nr; ++i) {
-    for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r + i] = _mm512_reduce_add_ps(acc[i][a]);
-  }
+  store_sums<Nr, Na>(c, r, b0, acc);
 }
 
 std::size_t bf16_packed_row(std::size_t cols) { return round_up(cols, 32) * 4; }
@@ -501,10 +554,8 @@ void row_bf16_dot(const GemmCall& c, std::size_t r, std::size_t b0) {
   const std::size_t stride = bf16_packed_row(c.cols) / 2;
   const std::uint16_t* rows[Nr];
   for (int i = 0; i < Nr; ++i) rows[i] = reinterpret_cast<const std::uint16_t*>(c.w + (r + i) * c.row_bytes);
-  __m512 acc[Nr][kMaxNa];
-  for (int i = 0; i < Nr; ++i) {
-    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_setzero_ps();
-  }
+  Accumulators<Nr> acc;
+  zero<Nr, Na>(acc);
   for (std::size_t k = 0; k < c.cols; k += 32) {
     const auto mask = static_cast<__mmask32>(c.cols - k >= 32 ? 0xFFFFFFFFU : (1U << (c.cols - k)) - 1);
     for (int i = 0; i < Nr; ++i) {
@@ -516,9 +567,7 @@ void row_bf16_dot(const GemmCall& c, std::size_t r, std::size_t b0) {
       }
     }
   }
-  for (int i = 0; i < Nr; ++i) {
-    for (int a = 0; a < Na; ++a) c.y[(b0 + a) * c.ldy + r + i] = _mm512_reduce_add_ps(acc[i][a]);
-  }
+  store_sums<Nr, Na>(c, r, b0, acc);
 }
 
 template <int Nr, int Na>

@@ -47,6 +47,11 @@ const GemmKernel* amx_gemm_kernel(GgmlType type);
 // AMX pays a fixed decode per row group; below this many activation rows AVX-512 is faster.
 inline constexpr std::size_t kAmxMinBatch = 8;
 
+// Row kernels hold Nr x Na accumulators in registers; GCC's size limit on complete unrolling
+// would otherwise leave the loops over them rolled and the accumulators in memory.
+#define INFERCAST_UNROLL _Pragma("GCC unroll 16")
+#define INFERCAST_INLINE inline __attribute__((always_inline))
+
 inline std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m; }
 
 }  // namespace infercast
