@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "cli/kernels_command.h"
+#include "cli/model_commands.h"
 #include "cli/probe_command.h"
 #include "probes/error.h"
 
@@ -21,6 +22,8 @@ int main(int argc, char** argv) {
   int exit_status = 0;
   infercast::cli::add_probe_command(app, exit_status);
   infercast::cli::add_kernels_command(app, exit_status);
+  infercast::cli::add_gen_model_command(app, exit_status);
+  infercast::cli::add_run_command(app, exit_status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

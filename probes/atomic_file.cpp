@@ -28,23 +28,34 @@ std::string temp_template(const std::string& path) {
 }  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& contents) {
+  write_file_atomically(path, [&](const ByteSink& sink) { sink(contents.data(), contents.size()); });
+}
+
+void write_file_atomically(const std::string& path, const std::function<void(const ByteSink&)>& produce) {
   if (std::filesystem::is_directory(path)) fail(path, "it is a directory");
   std::string tmpl = temp_template(path);
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
   const int fd = mkstemp(name.data());
   if (fd < 0) fail(path, std::strerror(errno));
-  std::size_t written = 0;
-  while (written < contents.size()) {
-    const ssize_t n = write(fd, contents.data() + written, contents.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      close(fd);
-      unlink(name.data());
-      fail(path, std::strerror(err));
+  const ByteSink sink = [&](const void* data, std::size_t bytes) {
+    const auto* p = static_cast<const char*>(data);
+    std::size_t written = 0;
+    while (written < bytes) {
+      const ssize_t n = write(fd, p + written, bytes - written);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail(path, std::strerror(errno));  // the handler below removes the temporary file
+      }
+      written += static_cast<std::size_t>(n);
     }
-    written += static_cast<std::size_t>(n);
+  };
+  try {
+    produce(sink);
+  } catch (...) {
+    close(fd);
+    unlink(name.data());
+    throw;
   }
   fchmod(fd, 0644);
   if (fsync(fd) != 0 || close(fd) != 0) {

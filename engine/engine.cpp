@@ -1,0 +1,291 @@
+#include "engine/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "engine/ops.h"
+#include "kernels/half.h"
+#include "probes/error.h"
+
+namespace infercast {
+namespace {
+
+std::size_t kv_element_bytes(GgmlType type) {
+  if (type == GgmlType::f16) return 2;
+  if (type == GgmlType::f32) return 4;
+  throw UsageError("the KV cache holds F16 or F32");
+}
+
+std::uint64_t bytes_of(const WeightView& w) { return static_cast<std::uint64_t>(w.rows) * w.row_bytes; }
+
+}  // namespace
+
+Engine::Engine(const Model& model, const EngineOptions& options)
+    : model_(model),
+      cfg_(model.config()),
+      ctx_(options.threads == 0 ? 1 : options.threads, options.isa),
+      vec_(vec_ops(ctx_.level())),
+      kv_type_(options.kv_type),
+      kv_elem_bytes_(kv_element_bytes(options.kv_type)),
+      kv_block_bytes_(static_cast<std::size_t>(cfg_.layers) * 2 * kKvBlockTokens * static_cast<std::size_t>(cfg_.kv_dim()) *
+                      kv_elem_bytes_) {
+  if (options.kv_tokens == 0) throw UsageError("the KV cache needs room for at least one token");
+  const std::size_t blocks = (options.kv_tokens + kKvBlockTokens - 1) / kKvBlockTokens;
+  kv_pool_bytes_ = static_cast<std::uint64_t>(blocks) * kv_block_bytes_;
+  kv_pool_.reserve(kv_pool_bytes_);
+  free_blocks_.resize(blocks);
+  // Hand out low block numbers first, so a short run touches only the start of the pool.
+  std::iota(free_blocks_.rbegin(), free_blocks_.rend(), 0);
+  scores_.resize(ctx_.threads());
+}
+
+int Engine::add_sequence() {
+  for (std::size_t i = 0; i < sequences_.size(); ++i) {
+    if (!sequences_[i].live) {
+      sequences_[i] = Sequence{true, 0, {}};
+      return static_cast<int>(i);
+    }
+  }
+  sequences_.push_back(Sequence{true, 0, {}});
+  return static_cast<int>(sequences_.size() - 1);
+}
+
+void Engine::remove_sequence(int sequence) {
+  Sequence& s = sequences_.at(static_cast<std::size_t>(sequence));
+  free_blocks_.insert(free_blocks_.end(), s.blocks.rbegin(), s.blocks.rend());
+  s = Sequence{};
+}
+
+int Engine::length(int sequence) const { return sequences_.at(static_cast<std::size_t>(sequence)).length; }
+
+std::string_view Engine::kernel_name(GgmlType type, std::size_t batch) const {
+  return ctx_.kernel_name(type, batch, static_cast<std::size_t>(cfg_.dim));
+}
+
+std::uint8_t* Engine::kv_slot(int block, int layer, bool value, int slot) {
+  const std::size_t row = (static_cast<std::size_t>(layer) * 2 + (value ? 1 : 0)) * kKvBlockTokens + static_cast<std::size_t>(slot);
+  return kv_pool_.data() + static_cast<std::size_t>(block) * kv_block_bytes_ + row * static_cast<std::size_t>(cfg_.kv_dim()) * kv_elem_bytes_;
+}
+
+void Engine::gemm(const WeightView& w, const float* x, std::size_t batch, float* y) {
+  ctx_.gemm(w, x, batch, y);
+  step_weight_bytes_ += bytes_of(w);
+}
+
+void Engine::parallel_for(std::size_t n, const std::function<void(std::size_t, std::size_t, unsigned)>& body) {
+  const unsigned members = ctx_.threads();
+  ctx_.pool().run([&](unsigned m) {
+    const RowRange r = split_rows(n, 1, m, members);
+    if (r.begin < r.end) body(r.begin, r.end, m);
+  });
+}
+
+void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits) {
+  const std::size_t n = tokens.size();
+  logits.clear();
+  step_weight_bytes_ = 0;
+  if (n == 0) return;
+  const auto dim = static_cast<std::size_t>(cfg_.dim);
+  const auto qd = static_cast<std::size_t>(cfg_.q_dim());
+  const auto kvd = static_cast<std::size_t>(cfg_.kv_dim());
+  const auto half = static_cast<std::size_t>(cfg_.head_dim / 2);
+
+  // Positions, and KV blocks for them, before anything is computed: a full pool fails the step
+  // cleanly instead of leaving a sequence half-advanced.
+  std::vector<int> positions(n);
+  std::vector<int> grown(sequences_.size(), 0);
+  std::size_t blocks_needed = 0;
+  for (std::size_t t = 0; t < n; ++t) {
+    const auto s = static_cast<std::size_t>(tokens[t].sequence);
+    if (s >= sequences_.size() || !sequences_[s].live) throw UsageError(fmt::format("sequence {} does not exist", tokens[t].sequence));
+    if (tokens[t].token < 0 || tokens[t].token >= cfg_.vocab) throw UsageError(fmt::format("token {} is outside the vocabulary of {}", tokens[t].token, cfg_.vocab));
+    positions[t] = sequences_[s].length + grown[s]++;
+    if (positions[t] % kKvBlockTokens == 0 && static_cast<std::size_t>(positions[t] / kKvBlockTokens) >= sequences_[s].blocks.size()) ++blocks_needed;
+  }
+  if (blocks_needed > free_blocks_.size()) {
+    throw UsageError(fmt::format("KV cache full: {} more blocks of {} tokens needed, {} free", blocks_needed, kKvBlockTokens, free_blocks_.size()));
+  }
+  for (std::size_t t = 0; t < n; ++t) {
+    Sequence& s = sequences_[static_cast<std::size_t>(tokens[t].sequence)];
+    if (static_cast<std::size_t>(positions[t] / kKvBlockTokens) >= s.blocks.size()) {
+      s.blocks.push_back(free_blocks_.back());
+      free_blocks_.pop_back();
+    }
+  }
+
+  x_.resize(n * dim);
+  xn_.resize(n * dim);
+  q_.resize(n * qd);
+  k_.resize(n * kvd);
+  v_.resize(n * kvd);
+  att_.resize(n * qd);
+  rope_cos_.resize(n * half);
+  rope_sin_.resize(n * half);
+  for (std::size_t t = 0; t < n; ++t) {
+    embedding_row(model_.embedding(), tokens[t].token, &x_[t * dim]);
+    rope_angles(positions[t], cfg_.head_dim, cfg_.rope_base, &rope_cos_[t * half], &rope_sin_[t * half]);
+  }
+  step_weight_bytes_ += model_.embedding().bytes / static_cast<std::uint64_t>(cfg_.vocab) * n;
+
+  for (int l = 0; l < cfg_.layers; ++l) {
+    const LayerWeights& w = model_.layers()[static_cast<std::size_t>(l)];
+    for (std::size_t t = 0; t < n; ++t) rms_norm(&x_[t * dim], w.attn_norm, &xn_[t * dim], dim, cfg_.norm_eps);
+    gemm(w.wq, xn_.data(), n, q_.data());
+    gemm(w.wk, xn_.data(), n, k_.data());
+    gemm(w.wv, xn_.data(), n, v_.data());
+    for (std::size_t t = 0; t < n; ++t) {
+      float* q = &q_[t * qd];
+      float* k = &k_[t * kvd];
+      float* v = &v_[t * kvd];
+      if (w.bq != nullptr) {
+        for (std::size_t i = 0; i < qd; ++i) q[i] += w.bq[i];
+      }
+      if (w.bk != nullptr) {
+        for (std::size_t i = 0; i < kvd; ++i) k[i] += w.bk[i];
+      }
+      if (w.bv != nullptr) {
+        for (std::size_t i = 0; i < kvd; ++i) v[i] += w.bv[i];
+      }
+      rope_rotate(q, cfg_.heads, cfg_.head_dim, &rope_cos_[t * half], &rope_sin_[t * half], cfg_.rope);
+      rope_rotate(k, cfg_.kv_heads, cfg_.head_dim, &rope_cos_[t * half], &rope_sin_[t * half], cfg_.rope);
+      // Into the cache, before attention runs: a prompt's tokens attend to each other.
+      const Sequence& s = sequences_[static_cast<std::size_t>(tokens[t].sequence)];
+      const int block = s.blocks[static_cast<std::size_t>(positions[t] / kKvBlockTokens)];
+      const int slot = positions[t] % kKvBlockTokens;
+      std::uint8_t* kc = kv_slot(block, l, false, slot);
+      std::uint8_t* vc = kv_slot(block, l, true, slot);
+      if (kv_type_ == GgmlType::f32) {
+        std::memcpy(kc, k, kvd * sizeof(float));
+        std::memcpy(vc, v, kvd * sizeof(float));
+      } else {
+        auto* kh = reinterpret_cast<std::uint16_t*>(kc);
+        auto* vh = reinterpret_cast<std::uint16_t*>(vc);
+        for (std::size_t i = 0; i < kvd; ++i) {
+          kh[i] = fp32_to_fp16(k[i]);
+          vh[i] = fp32_to_fp16(v[i]);
+        }
+      }
+    }
+    attention(l, tokens, positions);
+    gemm(w.wo, att_.data(), n, xn_.data());
+    for (std::size_t i = 0; i < n * dim; ++i) x_[i] += xn_[i];
+    for (std::size_t t = 0; t < n; ++t) rms_norm(&x_[t * dim], w.ffn_norm, &xn_[t * dim], dim, cfg_.norm_eps);
+    if (cfg_.is_moe()) {
+      mixture(w, n);
+    } else {
+      feed_forward(w, n);
+    }
+  }
+
+  // Logits only for the tokens that want them (a prompt's last token, every decode token).
+  std::vector<std::size_t> wanted;
+  for (std::size_t t = 0; t < n; ++t) {
+    if (tokens[t].logits) wanted.push_back(t);
+  }
+  for (std::size_t i = 0; i < wanted.size(); ++i) {
+    rms_norm(&x_[wanted[i] * dim], model_.output_norm(), &xn_[i * dim], dim, cfg_.norm_eps);
+  }
+  logits.resize(wanted.size() * static_cast<std::size_t>(cfg_.vocab));
+  if (!wanted.empty()) gemm(model_.output(), xn_.data(), wanted.size(), logits.data());
+
+  for (std::size_t t = 0; t < n; ++t) sequences_[static_cast<std::size_t>(tokens[t].sequence)].length = positions[t] + 1;
+}
+
+void Engine::attention(int layer, std::span<const StepToken> tokens, const std::vector<int>& positions) {
+  const auto qd = static_cast<std::size_t>(cfg_.q_dim());
+  const auto hd = static_cast<std::size_t>(cfg_.head_dim);
+  const int group = cfg_.heads / cfg_.kv_heads;
+  const float scale = 1.0F / std::sqrt(static_cast<float>(cfg_.head_dim));
+  const int max_len = *std::max_element(positions.begin(), positions.end()) + 1;
+  for (auto& s : scores_) s.resize(static_cast<std::size_t>(max_len));
+  const std::size_t tasks = tokens.size() * static_cast<std::size_t>(cfg_.heads);
+  parallel_for(tasks, [&](std::size_t begin, std::size_t end, unsigned member) {
+    float* scores = scores_[member].data();
+    for (std::size_t task = begin; task < end; ++task) {
+      const std::size_t t = task / static_cast<std::size_t>(cfg_.heads);
+      const int h = static_cast<int>(task % static_cast<std::size_t>(cfg_.heads));
+      const std::size_t kv_offset = static_cast<std::size_t>(h / group) * hd * kv_elem_bytes_;
+      const Sequence& s = sequences_[static_cast<std::size_t>(tokens[t].sequence)];
+      const float* q = &q_[t * qd + static_cast<std::size_t>(h) * hd];
+      const int len = positions[t] + 1;
+      for (int j = 0; j < len; ++j) {
+        const std::uint8_t* k = kv_slot(s.blocks[static_cast<std::size_t>(j / kKvBlockTokens)], layer, false, j % kKvBlockTokens) + kv_offset;
+        scores[j] = scale * (kv_type_ == GgmlType::f32 ? vec_.dot_f32(reinterpret_cast<const float*>(k), q, hd)
+                                                       : vec_.dot_f16(reinterpret_cast<const std::uint16_t*>(k), q, hd));
+      }
+      softmax(scores, static_cast<std::size_t>(len));
+      float* out = &att_[t * qd + static_cast<std::size_t>(h) * hd];
+      std::fill(out, out + hd, 0.0F);
+      for (int j = 0; j < len; ++j) {
+        const std::uint8_t* v = kv_slot(s.blocks[static_cast<std::size_t>(j / kKvBlockTokens)], layer, true, j % kKvBlockTokens) + kv_offset;
+        if (kv_type_ == GgmlType::f32) {
+          vec_.axpy_f32(scores[j], reinterpret_cast<const float*>(v), out, hd);
+        } else {
+          vec_.axpy_f16(scores[j], reinterpret_cast<const std::uint16_t*>(v), out, hd);
+        }
+      }
+    }
+  });
+}
+
+void Engine::feed_forward(const LayerWeights& w, std::size_t n) {
+  const auto dim = static_cast<std::size_t>(cfg_.dim);
+  const auto ffn = static_cast<std::size_t>(cfg_.ffn);
+  gate_.resize(n * ffn);
+  up_.resize(n * ffn);
+  gemm(w.gate, xn_.data(), n, gate_.data());
+  gemm(w.up, xn_.data(), n, up_.data());
+  parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) { swiglu(&gate_[begin * ffn], &up_[begin * ffn], (end - begin) * ffn); });
+  gemm(w.down, gate_.data(), n, xn_.data());
+  for (std::size_t i = 0; i < n * dim; ++i) x_[i] += xn_[i];
+}
+
+void Engine::mixture(const LayerWeights& w, std::size_t n) {
+  const auto dim = static_cast<std::size_t>(cfg_.dim);
+  const auto ffn = static_cast<std::size_t>(cfg_.ffn);
+  const auto experts = static_cast<std::size_t>(cfg_.experts);
+  const auto k = static_cast<std::size_t>(cfg_.active_experts);
+  router_.resize(n * experts);
+  gemm(w.router, xn_.data(), n, router_.data());
+
+  // Per token: the k highest router logits, weighted by a softmax over those k (Mixtral).
+  std::vector<std::vector<std::pair<std::size_t, float>>> routed(experts);
+  std::vector<std::size_t> order(experts);
+  for (std::size_t t = 0; t < n; ++t) {
+    const float* r = &router_[t * experts];
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
+                      [&](std::size_t a, std::size_t b) { return r[a] > r[b] || (r[a] == r[b] && a < b); });
+    std::vector<float> weights(k);
+    for (std::size_t i = 0; i < k; ++i) weights[i] = r[order[i]];
+    softmax(weights.data(), k);
+    for (std::size_t i = 0; i < k; ++i) routed[order[i]].emplace_back(t, weights[i]);
+  }
+
+  for (std::size_t e = 0; e < experts; ++e) {
+    const auto& list = routed[e];
+    if (list.empty()) continue;  // an expert no token chose is never read
+    const std::size_t m = list.size();
+    expert_in_.resize(m * dim);
+    expert_gate_.resize(m * ffn);
+    expert_up_.resize(m * ffn);
+    expert_out_.resize(m * dim);
+    for (std::size_t i = 0; i < m; ++i) std::memcpy(&expert_in_[i * dim], &xn_[list[i].first * dim], dim * sizeof(float));
+    const int ei = static_cast<int>(e);
+    gemm(expert_slice(w.gate_exps, cfg_.experts, ei), expert_in_.data(), m, expert_gate_.data());
+    gemm(expert_slice(w.up_exps, cfg_.experts, ei), expert_in_.data(), m, expert_up_.data());
+    swiglu(expert_gate_.data(), expert_up_.data(), m * ffn);
+    gemm(expert_slice(w.down_exps, cfg_.experts, ei), expert_gate_.data(), m, expert_out_.data());
+    for (std::size_t i = 0; i < m; ++i) {
+      float* x = &x_[list[i].first * dim];
+      const float weight = list[i].second;
+      for (std::size_t j = 0; j < dim; ++j) x[j] += weight * expert_out_[i * dim + j];
+    }
+  }
+}
+
+}  // namespace infercast

@@ -1,0 +1,93 @@
+#pragma once
+// The optimized forward pass: one call runs the model over a set of tokens from any number of
+// sequences (a prompt's tokens for prefill, one token per sequence for batched decode), so every
+// weight matrix is read once per step for all of them.
+//
+//   Engine engine(model, {.threads = 2});
+//   int s = engine.add_sequence();
+//   engine.step(tokens_of(s, prompt), logits);    // prefill
+//   engine.step({{s, next}}, logits);             // decode
+//
+// KV cache: a pool of fixed-size blocks (F16 or F32) shared by all sequences; each sequence has
+// a block table, so sequences of any lengths share one allocation and a finished sequence's
+// blocks go straight to the next one.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "engine/model.h"
+#include "kernels/aligned_buffer.h"
+#include "kernels/gemm.h"
+#include "kernels/vec.h"
+
+namespace infercast {
+
+struct EngineOptions {
+  unsigned threads = 1;
+  GgmlType kv_type = GgmlType::f16;    // f16 or f32
+  std::size_t kv_tokens = 4096;        // pool capacity, tokens over all sequences
+  std::optional<IsaLevel> isa;         // default: the active level
+};
+
+struct StepToken {
+  int sequence = 0;
+  int token = 0;
+  bool logits = true;  // whether this token's logits are wanted
+};
+
+inline constexpr int kKvBlockTokens = 16;
+
+class Engine {
+ public:
+  Engine(const Model& model, const EngineOptions& options);
+
+  int add_sequence();
+  void remove_sequence(int sequence);
+  [[nodiscard]] int length(int sequence) const;
+
+  // Appends each token to its sequence (in order) and runs the model once over all of them.
+  // `logits` receives vocab floats per token that asked for them, in token order.
+  void step(std::span<const StepToken> tokens, std::vector<float>& logits);
+
+  [[nodiscard]] std::uint64_t kv_cache_bytes() const { return kv_pool_bytes_; }
+  // Weight bytes the last step read (MoE: only the experts its tokens were routed to).
+  [[nodiscard]] std::uint64_t last_step_weight_bytes() const { return step_weight_bytes_; }
+  [[nodiscard]] GemmContext& context() { return ctx_; }
+  [[nodiscard]] std::string_view kernel_name(GgmlType type, std::size_t batch) const;
+
+ private:
+  struct Sequence {
+    bool live = false;
+    int length = 0;
+    std::vector<int> blocks;
+  };
+
+  void gemm(const WeightView& w, const float* x, std::size_t batch, float* y);
+  std::uint8_t* kv_slot(int block, int layer, bool value, int slot);
+  void attention(int layer, std::span<const StepToken> tokens, const std::vector<int>& positions);
+  void feed_forward(const LayerWeights& w, std::size_t n);
+  void mixture(const LayerWeights& w, std::size_t n);
+  void parallel_for(std::size_t n, const std::function<void(std::size_t begin, std::size_t end, unsigned member)>& body);
+
+  const Model& model_;
+  const ModelConfig& cfg_;
+  GemmContext ctx_;
+  const VecOps& vec_;
+  GgmlType kv_type_;
+  std::size_t kv_elem_bytes_;
+  std::size_t kv_block_bytes_;  // one block: every layer's K and V for kKvBlockTokens tokens
+  std::uint64_t kv_pool_bytes_ = 0;
+  AlignedBuffer kv_pool_;
+  std::vector<int> free_blocks_;
+  std::vector<Sequence> sequences_;
+  std::uint64_t step_weight_bytes_ = 0;
+
+  // Activations of the current step, T rows each.
+  std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, router_;
+  std::vector<float> rope_cos_, rope_sin_;
+  std::vector<std::vector<float>> scores_;  // per thread
+  std::vector<float> expert_in_, expert_gate_, expert_up_, expert_out_;
+};
+
+}  // namespace infercast

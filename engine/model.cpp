@@ -1,0 +1,197 @@
+#include "engine/model.h"
+
+#include <fmt/format.h>
+
+#include <limits>
+
+#include "kernels/formats.h"
+#include "probes/error.h"
+
+namespace infercast {
+namespace {
+
+int positive_int(const GgufFile& f, const std::string& key, std::uint64_t limit) {
+  const std::uint64_t v = f.get_uint(key);
+  if (v == 0 || v > limit) throw UsageError(fmt::format("metadata '{}' = {} is out of range (1..{})", key, v, limit));
+  return static_cast<int>(v);
+}
+
+std::string tensor_name(int layer, const char* suffix) { return fmt::format("blk.{}.{}", layer, suffix); }
+
+const GgufTensorInfo& require(const GgufFile& f, const std::string& name) {
+  const GgufTensorInfo* t = f.find_tensor(name);
+  if (t == nullptr) throw UsageError(fmt::format("tensor '{}' is missing", name));
+  return *t;
+}
+
+void check_dims(const GgufTensorInfo& t, std::initializer_list<std::uint64_t> expected) {
+  const std::vector<std::uint64_t> want(expected);
+  if (t.dims != want) {
+    throw UsageError(fmt::format("tensor '{}' has shape [{}], expected [{}]", t.name, fmt::join(t.dims, ", "),
+                                 fmt::join(want, ", ")));
+  }
+}
+
+const float* vector_of(const GgufFile& f, const std::string& name, std::uint64_t n, bool optional = false) {
+  const GgufTensorInfo* t = f.find_tensor(name);
+  if (t == nullptr) {
+    if (optional) return nullptr;
+    throw UsageError(fmt::format("tensor '{}' is missing", name));
+  }
+  check_dims(*t, {n});
+  if (t->type != GgmlType::f32) throw UsageError(fmt::format("tensor '{}' must be F32", name));
+  // Offsets are multiples of the alignment (>= 32 by default), so the floats are aligned; a
+  // file declaring a smaller alignment could still misalign them.
+  if (reinterpret_cast<std::uintptr_t>(t->data) % alignof(float) != 0) throw UsageError(fmt::format("tensor '{}' is misaligned", name));
+  return reinterpret_cast<const float*>(t->data);
+}
+
+WeightView matrix_of(const GgufTensorInfo& t, std::uint64_t cols, std::uint64_t rows) {
+  check_dims(t, {cols, rows});
+  if (!is_known_type(static_cast<std::uint32_t>(t.type))) {
+    throw UsageError(fmt::format("tensor '{}' is in a format infercast cannot compute with (ggml type {}); supported: {}",
+                                 t.name, static_cast<std::uint32_t>(t.type), weight_format_names()));
+  }
+  WeightView w = make_weight_view(t.type, t.data, rows, cols);
+  validate_weights(w);
+  return w;
+}
+
+WeightView experts_of(const GgufTensorInfo& t, std::uint64_t cols, std::uint64_t rows, std::uint64_t experts) {
+  check_dims(t, {cols, rows, experts});
+  if (!is_known_type(static_cast<std::uint32_t>(t.type))) {
+    throw UsageError(fmt::format("tensor '{}' is in a format infercast cannot compute with", t.name));
+  }
+  WeightView w = make_weight_view(t.type, t.data, rows * experts, cols);
+  validate_weights(w);
+  return w;
+}
+
+std::uint64_t view_bytes(const WeightView& w) { return w.rows * w.row_bytes; }
+
+}  // namespace
+
+ModelConfig read_model_config(const GgufFile& f) {
+  ModelConfig c;
+  c.architecture = f.get_string("general.architecture");
+  const std::string& a = c.architecture;
+  if (a != "llama" && a != "mistral" && a != "qwen2") {
+    throw UsageError(fmt::format("architecture '{}' is not supported (llama, mistral, mixtral as llama, qwen2)", a));
+  }
+  constexpr std::uint64_t kBig = 1 << 20;
+  c.layers = positive_int(f, a + ".block_count", 4096);
+  c.dim = positive_int(f, a + ".embedding_length", kBig);
+  c.ffn = positive_int(f, a + ".feed_forward_length", kBig);
+  c.heads = positive_int(f, a + ".attention.head_count", 4096);
+  c.kv_heads = f.find(a + ".attention.head_count_kv") != nullptr ? positive_int(f, a + ".attention.head_count_kv", 4096) : c.heads;
+  c.context = static_cast<int>(std::min<std::uint64_t>(f.get_uint_or(a + ".context_length", 4096), kBig));
+  c.norm_eps = static_cast<float>(f.get_real_or(a + ".attention.layer_norm_rms_epsilon", 1e-5));
+  c.rope_base = static_cast<float>(f.get_real_or(a + ".rope.freq_base", 10000.0));
+  c.experts = static_cast<int>(std::min<std::uint64_t>(f.get_uint_or(a + ".expert_count", 0), 4096));
+  c.active_experts = static_cast<int>(std::min<std::uint64_t>(f.get_uint_or(a + ".expert_used_count", 0), 4096));
+  c.rope = a == "qwen2" ? RopeStyle::neox : RopeStyle::interleaved;
+  if (c.dim % c.heads != 0) throw UsageError(fmt::format("embedding length {} is not a multiple of {} heads", c.dim, c.heads));
+  c.head_dim = static_cast<int>(f.get_uint_or(a + ".attention.key_length", static_cast<std::uint64_t>(c.dim / c.heads)));
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0 || c.head_dim > 1024) throw UsageError("attention head size must be even and at most 1024");
+  if (c.heads % c.kv_heads != 0) throw UsageError(fmt::format("{} heads cannot be grouped over {} KV heads", c.heads, c.kv_heads));
+  if (c.experts > 0 && (c.active_experts <= 0 || c.active_experts > c.experts)) {
+    throw UsageError(fmt::format("{} experts with {} active is not a valid mixture", c.experts, c.active_experts));
+  }
+  if (!(c.norm_eps > 0) || !(c.rope_base > 0)) throw UsageError("RMS norm epsilon and RoPE base must be positive");
+  const GgufTensorInfo* embd = f.find_tensor("token_embd.weight");
+  if (embd == nullptr) throw UsageError("tensor 'token_embd.weight' is missing");
+  if (embd->dims.size() != 2 || embd->dims[1] > std::numeric_limits<int>::max()) throw UsageError("tensor 'token_embd.weight' must be 2-D");
+  c.vocab = static_cast<int>(embd->dims[1]);
+  return c;
+}
+
+Model Model::load(const std::string& path) {
+  try {
+    return from(GgufFile::open(path));
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    if (what.starts_with(path)) throw;
+    throw UsageError(fmt::format("{}: {}", path, what));
+  }
+}
+
+Model Model::from(GgufFile file) {
+  Model m(std::move(file));
+  const GgufFile& f = m.file_;
+  const ModelConfig c = read_model_config(f);
+  m.config_ = c;
+  const auto dim = static_cast<std::uint64_t>(c.dim);
+  const auto qd = static_cast<std::uint64_t>(c.q_dim());
+  const auto kvd = static_cast<std::uint64_t>(c.kv_dim());
+  const auto ffn = static_cast<std::uint64_t>(c.ffn);
+  const auto experts = static_cast<std::uint64_t>(c.experts);
+
+  m.embedding_ = f.find_tensor("token_embd.weight");
+  check_dims(*m.embedding_, {dim, static_cast<std::uint64_t>(c.vocab)});
+  if (!is_known_type(static_cast<std::uint32_t>(m.embedding_->type))) throw UsageError("tensor 'token_embd.weight' is in an unsupported format");
+  m.output_norm_ = vector_of(f, "output_norm.weight", dim);
+  // Tied embeddings (qwen2.5 small models) use the embedding matrix as the output head.
+  const GgufTensorInfo* out = f.find_tensor("output.weight");
+  m.output_ = matrix_of(out != nullptr ? *out : *m.embedding_, dim, static_cast<std::uint64_t>(c.vocab));
+
+  for (int l = 0; l < c.layers; ++l) {
+    LayerWeights w;
+    w.attn_norm = vector_of(f, tensor_name(l, "attn_norm.weight"), dim);
+    w.wq = matrix_of(require(f, tensor_name(l, "attn_q.weight")), dim, qd);
+    w.wk = matrix_of(require(f, tensor_name(l, "attn_k.weight")), dim, kvd);
+    w.wv = matrix_of(require(f, tensor_name(l, "attn_v.weight")), dim, kvd);
+    w.wo = matrix_of(require(f, tensor_name(l, "attn_output.weight")), qd, dim);
+    w.bq = vector_of(f, tensor_name(l, "attn_q.bias"), qd, true);
+    w.bk = vector_of(f, tensor_name(l, "attn_k.bias"), kvd, true);
+    w.bv = vector_of(f, tensor_name(l, "attn_v.bias"), kvd, true);
+    w.ffn_norm = vector_of(f, tensor_name(l, "ffn_norm.weight"), dim);
+    if (c.is_moe()) {
+      w.router = matrix_of(require(f, tensor_name(l, "ffn_gate_inp.weight")), dim, experts);
+      w.gate_exps = experts_of(require(f, tensor_name(l, "ffn_gate_exps.weight")), dim, ffn, experts);
+      w.up_exps = experts_of(require(f, tensor_name(l, "ffn_up_exps.weight")), dim, ffn, experts);
+      w.down_exps = experts_of(require(f, tensor_name(l, "ffn_down_exps.weight")), ffn, dim, experts);
+    } else {
+      w.gate = matrix_of(require(f, tensor_name(l, "ffn_gate.weight")), dim, ffn);
+      w.up = matrix_of(require(f, tensor_name(l, "ffn_up.weight")), dim, ffn);
+      w.down = matrix_of(require(f, tensor_name(l, "ffn_down.weight")), ffn, dim);
+    }
+    m.layers_.push_back(w);
+  }
+  for (const auto& t : f.tensors()) {
+    m.weight_bytes_ += t.bytes;
+    m.parameters_ += t.elements();
+  }
+  return m;
+}
+
+std::uint64_t Model::active_weight_bytes_per_token() const {
+  // What one decode step reads: every matrix once, MoE experts only active_experts of experts,
+  // the output head, and one embedding row.
+  std::uint64_t bytes = view_bytes(output_) + embedding_->bytes / static_cast<std::uint64_t>(config_.vocab);
+  for (const auto& l : layers_) {
+    bytes += view_bytes(l.wq) + view_bytes(l.wk) + view_bytes(l.wv) + view_bytes(l.wo);
+    if (config_.is_moe()) {
+      const std::uint64_t all = view_bytes(l.gate_exps) + view_bytes(l.up_exps) + view_bytes(l.down_exps);
+      bytes += view_bytes(l.router) + all / static_cast<std::uint64_t>(config_.experts) * static_cast<std::uint64_t>(config_.active_experts);
+    } else {
+      bytes += view_bytes(l.gate) + view_bytes(l.up) + view_bytes(l.down);
+    }
+  }
+  return bytes;
+}
+
+WeightView expert_slice(const WeightView& stacked, int experts, int e) {
+  WeightView w = stacked;
+  w.rows = stacked.rows / static_cast<std::size_t>(experts);
+  w.data = static_cast<const std::uint8_t*>(stacked.data) + static_cast<std::size_t>(e) * w.rows * w.row_bytes;
+  return w;
+}
+
+void embedding_row(const GgufTensorInfo& embedding, int token, float* out) {
+  const auto cols = static_cast<std::size_t>(embedding.dims[0]);
+  const auto& f = format_info(embedding.type);
+  const std::size_t row_bytes = f.row_bytes(cols);
+  f.dequantize(embedding.data + static_cast<std::size_t>(token) * row_bytes, out, cols);
+}
+
+}  // namespace infercast

@@ -1,0 +1,62 @@
+#pragma once
+// The elementwise pieces of a llama block, shared by the optimized engine and the F32 reference
+// (they are memory-light next to the matrix products, so one plain version serves both).
+#include <cmath>
+#include <cstddef>
+
+#include "engine/model.h"
+
+namespace infercast {
+
+// out = x / rms(x) * weight
+inline void rms_norm(const float* x, const float* weight, float* out, std::size_t n, float eps) {
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  const auto scale = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(n) + static_cast<double>(eps)));
+  for (std::size_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+// cos/sin of the rotation angles pos * base^(-2i/d) for i < d/2.
+inline void rope_angles(int pos, int head_dim, float base, float* cos_out, float* sin_out) {
+  for (int i = 0; i < head_dim / 2; ++i) {
+    const double theta = pos * std::pow(static_cast<double>(base), -2.0 * i / head_dim);
+    cos_out[i] = static_cast<float>(std::cos(theta));
+    sin_out[i] = static_cast<float>(std::sin(theta));
+  }
+}
+
+// Rotates every head of `x` (heads x head_dim) in place.
+inline void rope_rotate(float* x, int heads, int head_dim, const float* cos_a, const float* sin_a, RopeStyle style) {
+  const int half = head_dim / 2;
+  for (int h = 0; h < heads; ++h) {
+    float* v = x + static_cast<std::ptrdiff_t>(h) * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const int a = style == RopeStyle::interleaved ? 2 * i : i;
+      const int b = style == RopeStyle::interleaved ? 2 * i + 1 : i + half;
+      const float x0 = v[a];
+      const float x1 = v[b];
+      v[a] = x0 * cos_a[i] - x1 * sin_a[i];
+      v[b] = x0 * sin_a[i] + x1 * cos_a[i];
+    }
+  }
+}
+
+// gate[i] = silu(gate[i]) * up[i]
+inline void swiglu(float* gate, const float* up, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0F + std::exp(-gate[i])) * up[i];
+}
+
+// In-place softmax; returns nothing, the inputs become probabilities.
+inline void softmax(float* x, std::size_t n) {
+  float max = x[0];
+  for (std::size_t i = 1; i < n; ++i) max = std::fmax(max, x[i]);
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += static_cast<double>(x[i]);
+  }
+  const auto inv = static_cast<float>(1.0 / sum);
+  for (std::size_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+}  // namespace infercast

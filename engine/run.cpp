@@ -1,0 +1,128 @@
+#include "engine/run.h"
+
+#include <sys/resource.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "probes/error.h"
+#include "probes/random.h"
+
+namespace infercast {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int argmax(const float* logits, int vocab) {
+  return static_cast<int>(std::max_element(logits, logits + vocab) - logits);
+}
+
+std::uint64_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<std::uint64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+RunReport run_model(const Model& model, const RunOptions& o, const Tokenizer* tokenizer) {
+  const ModelConfig& cfg = model.config();
+  if (o.concurrency < 1 || o.concurrency > 4096) throw UsageError("--concurrency must be between 1 and 4096");
+  if (o.gen_tokens < 1) throw UsageError("--gen-tokens must be at least 1");
+  if (o.max_batch < 1) throw UsageError("the prefill batch must be at least 1");
+
+  std::vector<int> prompt;
+  if (o.prompt) {
+    if (tokenizer == nullptr) throw UsageError("--prompt needs a model with a llama (SentencePiece) vocabulary");
+    prompt = tokenizer->encode(*o.prompt, true);
+  } else {
+    if (o.prompt_tokens < 1) throw UsageError("--prompt-tokens must be at least 1");
+    SeededRng rng(o.seed);
+    prompt.push_back(tokenizer != nullptr ? tokenizer->bos() : 1 % cfg.vocab);
+    while (static_cast<int>(prompt.size()) < o.prompt_tokens) prompt.push_back(3 + static_cast<int>(rng.next() % static_cast<std::uint64_t>(std::max(1, cfg.vocab - 3))));
+  }
+  const auto length = static_cast<std::size_t>(prompt.size()) + static_cast<std::size_t>(o.gen_tokens);
+  if (length > static_cast<std::size_t>(cfg.context)) {
+    throw UsageError(fmt::format("{} prompt + {} generated tokens exceed the model's context of {}", prompt.size(), o.gen_tokens, cfg.context));
+  }
+
+  EngineOptions eo;
+  eo.threads = o.threads;
+  eo.kv_type = o.kv_type;
+  eo.isa = o.isa;
+  eo.kv_tokens = static_cast<std::size_t>(o.concurrency) * (length + kKvBlockTokens);
+  Engine engine(model, eo);
+
+  RunReport r;
+  r.prompt_tokens = static_cast<int>(prompt.size());
+  r.gen_tokens = o.gen_tokens;
+  r.concurrency = o.concurrency;
+  r.threads = engine.context().threads();
+  r.isa = std::string(to_string(engine.context().level()));
+  r.decode_kernel = std::string(engine.kernel_name(model.layers().front().wq.type, static_cast<std::size_t>(o.concurrency)));
+  r.prefill_kernel = std::string(engine.kernel_name(model.layers().front().wq.type, std::min(prompt.size(), static_cast<std::size_t>(o.max_batch))));
+  r.weight_bytes = model.weight_bytes();
+  r.kv_cache_bytes = engine.kv_cache_bytes();
+
+  // Prefill each sequence in steps of at most max_batch tokens; only the last token's logits.
+  std::vector<int> seqs;
+  std::vector<int> next(static_cast<std::size_t>(o.concurrency));
+  std::vector<float> logits;
+  const auto prefill_start = std::chrono::steady_clock::now();
+  for (int c = 0; c < o.concurrency; ++c) {
+    const auto seq_start = std::chrono::steady_clock::now();
+    const int s = engine.add_sequence();
+    seqs.push_back(s);
+    for (std::size_t begin = 0; begin < prompt.size(); begin += static_cast<std::size_t>(o.max_batch)) {
+      const std::size_t end = std::min(prompt.size(), begin + static_cast<std::size_t>(o.max_batch));
+      std::vector<StepToken> batch;
+      for (std::size_t i = begin; i < end; ++i) batch.push_back({s, prompt[i], i + 1 == prompt.size()});
+      engine.step(batch, logits);
+    }
+    next[static_cast<std::size_t>(c)] = argmax(logits.data(), cfg.vocab);
+    if (c == 0) r.ttft_ms = 1e3 * seconds_since(seq_start);
+  }
+  r.prefill_seconds = seconds_since(prefill_start);
+  const double prompt_total = static_cast<double>(prompt.size()) * o.concurrency;
+  r.prefill_tps = prompt_total / r.prefill_seconds;
+  r.prefill_gops = 2.0 * static_cast<double>(model.parameters()) * prompt_total / r.prefill_seconds / 1e9;
+
+  // Decode: every sequence advances one token per step; the first token came from prefill.
+  r.tokens.assign(static_cast<std::size_t>(o.concurrency), {});
+  for (int c = 0; c < o.concurrency; ++c) r.tokens[static_cast<std::size_t>(c)].push_back(next[static_cast<std::size_t>(c)]);
+  std::uint64_t decode_bytes = 0;
+  const auto decode_start = std::chrono::steady_clock::now();
+  for (int g = 1; g < o.gen_tokens; ++g) {
+    std::vector<StepToken> batch;
+    for (int c = 0; c < o.concurrency; ++c) batch.push_back({seqs[static_cast<std::size_t>(c)], next[static_cast<std::size_t>(c)], true});
+    engine.step(batch, logits);
+    decode_bytes += engine.last_step_weight_bytes();
+    for (int c = 0; c < o.concurrency; ++c) {
+      next[static_cast<std::size_t>(c)] = argmax(&logits[static_cast<std::size_t>(c) * static_cast<std::size_t>(cfg.vocab)], cfg.vocab);
+      r.tokens[static_cast<std::size_t>(c)].push_back(next[static_cast<std::size_t>(c)]);
+    }
+  }
+  r.decode_seconds = seconds_since(decode_start);
+  const int steps = o.gen_tokens - 1;
+  if (steps > 0 && r.decode_seconds > 0) {
+    r.decode_tps = static_cast<double>(steps) * o.concurrency / r.decode_seconds;
+    r.decode_tps_per_seq = static_cast<double>(steps) / r.decode_seconds;
+    r.decode_bytes_per_step = decode_bytes / static_cast<std::uint64_t>(steps);
+    r.decode_weight_gbs = static_cast<double>(decode_bytes) / r.decode_seconds / 1e9;
+  }
+  if (tokenizer != nullptr) {
+    for (const auto& seq : r.tokens) {
+      std::string text;
+      for (int t : seq) text += tokenizer->decode(t);
+      r.text.push_back(std::move(text));
+    }
+  }
+  r.peak_rss_bytes = peak_rss_bytes();
+  return r;
+}
+
+}  // namespace infercast

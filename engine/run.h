@@ -1,0 +1,59 @@
+#pragma once
+// What `infercast run` measures: prefill of a prompt per sequence, then greedy decode of C
+// sequences together, one token each per step, like llama-bench's pp/tg but with concurrency.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+
+namespace infercast {
+
+struct RunOptions {
+  unsigned threads = 1;
+  int prompt_tokens = 128;   // ignored when prompt text is given
+  int gen_tokens = 32;
+  int concurrency = 1;
+  std::optional<std::string> prompt;  // text, encoded with the model's tokenizer
+  std::uint64_t seed = 1;             // for the synthetic prompt tokens
+  GgmlType kv_type = GgmlType::f16;
+  std::optional<IsaLevel> isa;
+  int max_batch = 512;                // prompt tokens per prefill step
+};
+
+struct RunReport {
+  int prompt_tokens = 0;
+  int gen_tokens = 0;
+  int concurrency = 0;
+  unsigned threads = 0;
+  std::string isa;
+  std::string decode_kernel;
+  std::string prefill_kernel;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+  double prefill_tps = 0;         // prompt tokens of all sequences / prefill time
+  double decode_tps = 0;          // generated tokens of all sequences / decode time
+  double decode_tps_per_seq = 0;
+  double ttft_ms = 0;             // first sequence: prompt in to first token out
+  double prefill_gops = 0;        // 2 x parameters x prompt tokens / prefill time
+  std::uint64_t weight_bytes = 0;            // the whole file's tensors
+  std::uint64_t decode_bytes_per_step = 0;   // weight bytes one decode step read (mean)
+  double decode_weight_gbs = 0;
+  std::uint64_t kv_cache_bytes = 0;
+  std::uint64_t peak_rss_bytes = 0;
+  std::vector<std::vector<int>> tokens;      // generated, per sequence
+  std::vector<std::string> text;             // the same decoded, when there is a tokenizer
+};
+
+// Throws UsageError for impossible options (too many tokens for the context, etc.).
+RunReport run_model(const Model& model, const RunOptions& options, const Tokenizer* tokenizer);
+
+// Index of the largest logit (the lowest index among ties): greedy decoding.
+int argmax(const float* logits, int vocab);
+
+std::uint64_t peak_rss_bytes();
+
+}  // namespace infercast

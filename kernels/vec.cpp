@@ -1,0 +1,40 @@
+#include "kernels/vec.h"
+
+#include "kernels/half.h"
+
+namespace infercast {
+namespace {
+
+float dot_f32(const float* a, const float* b, std::size_t n) {
+  float s = 0;
+  for (std::size_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+float dot_f16(const std::uint16_t* a, const float* b, std::size_t n) {
+  float s = 0;
+  for (std::size_t i = 0; i < n; ++i) s += fp16_to_fp32(a[i]) * b[i];
+  return s;
+}
+
+void axpy_f32(float a, const float* x, float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void axpy_f16(float a, const std::uint16_t* x, float* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
+}
+
+const VecOps kScalar{"scalar", dot_f32, dot_f16, axpy_f32, axpy_f16};
+
+}  // namespace
+
+const VecOps& scalar_vec_ops() { return kScalar; }
+
+const VecOps& vec_ops(IsaLevel level) {
+  if (level >= IsaLevel::avx512) return avx512_vec_ops();
+  if (level >= IsaLevel::avx2) return avx2_vec_ops();
+  return kScalar;
+}
+
+}  // namespace infercast

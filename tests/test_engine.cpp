@@ -1,0 +1,320 @@
+// The engine against the F32 reference on small generated models: logits for F32/F16 weights,
+// greedy tokens for Q8_0, batched decode equal to decoding alone, MoE routing, determinism,
+// and the generator's and tokenizer's contracts.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/reference.h"
+#include "engine/run.h"
+#include "engine/tokenizer.h"
+#include "probes/error.h"
+
+namespace infercast {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("infercast-test-" + std::to_string(getpid()) + "-" + name)).string();
+}
+
+ModelShape tiny_shape(const std::string& arch = "llama", int experts = 0) {
+  ModelShape s;
+  s.architecture = arch;
+  s.layers = 2;
+  s.dim = 256;
+  s.ffn = 512;
+  s.heads = 8;
+  s.kv_heads = 2;
+  s.vocab = 1024;
+  s.context = 256;
+  s.experts = experts;
+  s.active_experts = experts > 0 ? 2 : 0;
+  s.qkv_bias = arch == "qwen2";
+  return s;
+}
+
+// Generated once per (shape, quant) and reused by the tests in this file.
+const Model& tiny_model(const std::string& quant, const std::string& arch = "llama", int experts = 0) {
+  static std::map<std::string, std::unique_ptr<Model>> cache;
+  const std::string key = quant + "/" + arch + "/" + std::to_string(experts);
+  auto& m = cache[key];
+  if (!m) {
+    GenerateOptions o;
+    o.shape = tiny_shape(arch, experts);
+    o.quant = quant;
+    o.seed = 7;
+    o.threads = 2;
+    const std::string path = temp_path(key.substr(0, key.find('/')) + "-" + arch + std::to_string(experts) + ".gguf");
+    generate_model(o, path);
+    m = std::make_unique<Model>(Model::load(path));
+    std::filesystem::remove(path);  // the mapping keeps the data
+  }
+  return *m;
+}
+
+EngineOptions options(unsigned threads, GgmlType kv, std::size_t kv_tokens) {
+  EngineOptions o;
+  o.threads = threads;
+  o.kv_type = kv;
+  o.kv_tokens = kv_tokens;
+  return o;
+}
+
+std::vector<int> prompt_tokens(int n, int vocab) {
+  std::vector<int> t;
+  for (int i = 0; i < n; ++i) t.push_back(3 + (i * 37 + 11) % (vocab - 3));
+  return t;
+}
+
+double cosine(const float* a, const float* b, std::size_t n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    ab += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+    aa += static_cast<double>(a[i]) * static_cast<double>(a[i]);
+    bb += static_cast<double>(b[i]) * static_cast<double>(b[i]);
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
+// Prefill of `tokens` with logits at every position.
+std::vector<float> engine_logits(const Model& model, const std::vector<int>& tokens, GgmlType kv = GgmlType::f32,
+                                 unsigned threads = 2) {
+  Engine e(model, options(threads, kv, 512));
+  const int s = e.add_sequence();
+  std::vector<StepToken> step;
+  for (int t : tokens) step.push_back({s, t, true});
+  std::vector<float> logits;
+  e.step(step, logits);
+  return logits;
+}
+
+void expect_close_to_reference(const std::string& quant, const std::string& arch = "llama", int experts = 0) {
+  const Model& m = tiny_model(quant, arch, experts);
+  const auto tokens = prompt_tokens(24, m.config().vocab);
+  const auto ref = reference_logits(m, tokens);
+  const auto got = engine_logits(m, tokens);
+  const auto vocab = static_cast<std::size_t>(m.config().vocab);
+  ASSERT_EQ(got.size(), ref.size());
+  for (std::size_t p = 0; p < tokens.size(); ++p) {
+    EXPECT_GE(cosine(&got[p * vocab], &ref[p * vocab], vocab), 0.9999) << quant << " " << arch << " position " << p;
+  }
+}
+
+TEST(Engine, F32WeightsMatchTheReference) { expect_close_to_reference("F32"); }
+TEST(Engine, F16WeightsMatchTheReference) { expect_close_to_reference("F16"); }
+TEST(Engine, Qwen2NeoxRopeAndBiasesMatchTheReference) { expect_close_to_reference("F32", "qwen2"); }
+TEST(Engine, MixtureOfExpertsMatchesTheReference) { expect_close_to_reference("F32", "llama", 4); }
+
+TEST(Engine, Q8_0GreedyTokensMatchTheReferenceOver32Steps) {
+  const Model& m = tiny_model("Q8_0");
+  const int vocab = m.config().vocab;
+  std::vector<int> tokens = prompt_tokens(8, vocab);
+  Engine e(m, options(2, GgmlType::f32, 256));
+  const int s = e.add_sequence();
+  std::vector<StepToken> step;
+  for (std::size_t i = 0; i < tokens.size(); ++i) step.push_back({s, tokens[i], i + 1 == tokens.size()});
+  std::vector<float> logits;
+  e.step(step, logits);
+  for (int g = 0; g < 32; ++g) {
+    tokens.push_back(argmax(logits.data(), vocab));
+    const std::vector<StepToken> one{{s, tokens.back(), true}};
+    e.step(one, logits);
+  }
+  // The reference quantizes activations to Q8_0 as the format defines (so does llama.cpp): on a
+  // random model the top two logits are often within the 8-bit activations' noise of each other.
+  const auto ref = reference_logits(m, tokens, ReferenceMath::as_kernels);
+  for (std::size_t p = 7; p + 1 < tokens.size(); ++p) {
+    const float* r = &ref[p * static_cast<std::size_t>(vocab)];
+    std::vector<float> sorted(r, r + vocab);
+    std::sort(sorted.rbegin(), sorted.rend());
+    EXPECT_EQ(argmax(r, vocab), tokens[p + 1]) << "step " << p - 7 << " top two " << sorted[0] << " " << sorted[1]
+                                               << " engine's pick " << r[tokens[p + 1]];
+  }
+}
+
+TEST(Engine, BatchedDecodeGivesEachSequenceItsOwnLogits) {
+  const Model& m = tiny_model("Q8_0");
+  const auto vocab = static_cast<std::size_t>(m.config().vocab);
+  const std::vector<int> lengths = {5, 17, 33};  // independent positions, across KV block edges
+  // Alone: each sequence prefilled and decoded 4 steps by itself.
+  std::vector<std::vector<float>> alone;
+  std::vector<std::vector<int>> chosen;
+  for (int len : lengths) {
+    Engine e(m, options(2, GgmlType::f16, 256));
+    const int s = e.add_sequence();
+    std::vector<StepToken> step;
+    for (int t : prompt_tokens(len, static_cast<int>(vocab))) step.push_back({s, t, true});
+    std::vector<float> logits;
+    e.step(step, logits);
+    std::vector<int> picks;
+    std::vector<float> all;
+    int next = argmax(&logits[logits.size() - vocab], static_cast<int>(vocab));
+    for (int g = 0; g < 4; ++g) {
+      picks.push_back(next);
+      const std::vector<StepToken> one{{s, next, true}};
+      e.step(one, logits);
+      all.insert(all.end(), logits.begin(), logits.end());
+      next = argmax(logits.data(), static_cast<int>(vocab));
+    }
+    alone.push_back(all);
+    chosen.push_back(picks);
+  }
+  // Together: one pool, prefills one after another, then every decode step batches all three.
+  Engine e(m, options(2, GgmlType::f16, 256));
+  std::vector<int> seqs;
+  for (int len : lengths) {
+    const int s = e.add_sequence();
+    seqs.push_back(s);
+    std::vector<StepToken> step;
+    for (int t : prompt_tokens(len, static_cast<int>(vocab))) step.push_back({s, t, false});
+    std::vector<float> unused;
+    e.step(step, unused);
+    EXPECT_TRUE(unused.empty());
+  }
+  for (int g = 0; g < 4; ++g) {
+    std::vector<StepToken> step;
+    for (std::size_t i = 0; i < seqs.size(); ++i) step.push_back({seqs[i], chosen[i][static_cast<std::size_t>(g)], true});
+    std::vector<float> logits;
+    e.step(step, logits);
+    for (std::size_t i = 0; i < seqs.size(); ++i) {
+      const float* together = &logits[i * vocab];
+      const float* solo = &alone[i][static_cast<std::size_t>(g) * vocab];
+      double max_diff = 0;
+      for (std::size_t v = 0; v < vocab; ++v) max_diff = std::max(max_diff, static_cast<double>(std::fabs(together[v] - solo[v])));
+      EXPECT_LT(max_diff, 1e-3) << "sequence " << i << " step " << g;
+    }
+  }
+  EXPECT_EQ(e.length(seqs[2]), 33 + 4);
+}
+
+TEST(Engine, SameFileAndThreadsGiveTheSameTokens) {
+  const Model& m = tiny_model("Q4_0");
+  RunOptions o;
+  o.threads = 2;
+  o.prompt_tokens = 12;
+  o.gen_tokens = 10;
+  o.concurrency = 2;
+  const RunReport a = run_model(m, o, nullptr);
+  const RunReport b = run_model(m, o, nullptr);
+  EXPECT_EQ(a.tokens, b.tokens);
+  ASSERT_EQ(a.tokens.size(), 2U);
+  EXPECT_EQ(a.tokens[0].size(), 10U);
+  EXPECT_EQ(a.tokens[0], a.tokens[1]);  // same prompt, same model: same continuation
+  EXPECT_GT(a.decode_weight_gbs, 0.0);
+  EXPECT_GT(a.peak_rss_bytes, 0U);
+}
+
+TEST(Engine, MixtureReadsOnlyTheRoutedExperts) {
+  const Model& moe = tiny_model("Q8_0", "llama", 4);
+  Engine e(moe, options(2, GgmlType::f16, 64));
+  const int s = e.add_sequence();
+  const std::vector<StepToken> one{{s, 5, true}};
+  std::vector<float> logits;
+  e.step(one, logits);
+  // One token reads 2 of 4 experts: exactly the model's active bytes per token.
+  EXPECT_EQ(e.last_step_weight_bytes(), moe.active_weight_bytes_per_token());
+  EXPECT_LT(moe.active_weight_bytes_per_token(), moe.weight_bytes() * 3 / 5);
+}
+
+TEST(Engine, FullCacheAndBadTokensFailCleanly) {
+  const Model& m = tiny_model("Q8_0");
+  Engine e(m, options(1, GgmlType::f16, 16));
+  const int s = e.add_sequence();
+  std::vector<StepToken> step;
+  for (int i = 0; i < 17; ++i) step.push_back({s, 4, false});
+  std::vector<float> logits;
+  EXPECT_THROW(e.step(step, logits), UsageError);
+  EXPECT_EQ(e.length(s), 0);  // nothing half-advanced
+  step.resize(16);
+  EXPECT_NO_THROW(e.step(step, logits));
+  const std::vector<StepToken> bad{{s, 100000, true}};
+  EXPECT_THROW(e.step(bad, logits), UsageError);
+  const std::vector<StepToken> missing{{9, 1, true}};
+  EXPECT_THROW(e.step(missing, logits), UsageError);
+  // A finished sequence's blocks serve the next one.
+  e.remove_sequence(s);
+  const int t = e.add_sequence();
+  EXPECT_NO_THROW(e.step(step, logits));
+  EXPECT_EQ(e.length(t), 16);
+}
+
+TEST(Generate, IsDeterministicAcrossThreadCounts) {
+  GenerateOptions o;
+  o.shape = tiny_shape();
+  o.quant = "Q4_K_M";
+  o.seed = 3;
+  const auto bytes_of = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  const std::string a = temp_path("gen-a.gguf");
+  const std::string b = temp_path("gen-b.gguf");
+  o.threads = 1;
+  generate_model(o, a);
+  o.threads = 2;
+  generate_model(o, b);
+  EXPECT_EQ(bytes_of(a), bytes_of(b));
+  const Model m = Model::load(a);
+  // The recipe: output and the sensitive layers' attn_v / ffn_down in Q6_K, the rest Q4_K.
+  EXPECT_EQ(m.output().type, GgmlType::q6_k);
+  EXPECT_EQ(m.layers()[0].wq.type, GgmlType::q4_k);
+  EXPECT_EQ(m.layers()[0].down.type, GgmlType::q4_k);  // with 2 layers only the last uses more bits
+  EXPECT_EQ(m.layers()[1].down.type, GgmlType::q6_k);
+  EXPECT_EQ(m.layers()[1].wv.type, GgmlType::q6_k);
+  EXPECT_EQ(m.parameters(), parameter_count(o.shape));
+  o.seed = 4;
+  generate_model(o, b);
+  EXPECT_NE(bytes_of(a), bytes_of(b));
+  std::filesystem::remove(a);
+  std::filesystem::remove(b);
+}
+
+TEST(Generate, RefusesImpossibleShapes) {
+  GenerateOptions o;
+  o.shape = tiny_shape();
+  o.shape.heads = 7;
+  EXPECT_THROW(validate(o), UsageError);
+  o.shape = tiny_shape();
+  o.shape.kv_heads = 3;
+  EXPECT_THROW(validate(o), UsageError);
+  o.shape = tiny_shape();
+  o.shape.experts = 2;
+  o.shape.active_experts = 3;
+  EXPECT_THROW(validate(o), UsageError);
+  o.shape = tiny_shape();
+  o.quant = "Q3_K";
+  EXPECT_THROW(validate(o), UsageError);
+  o.quant = "q5_k_m";
+  EXPECT_NO_THROW(validate(o));
+  EXPECT_NE(find_preset("TinyLlama-1.1B"), nullptr);
+  // Qwen2.5-0.5B's 896-wide rows do not divide into K-quant super-blocks.
+  EXPECT_NEAR(static_cast<double>(parameter_count(find_preset("tinyllama-1.1b")->shape)), 1.1e9, 0.05e9);
+  EXPECT_NEAR(static_cast<double>(parameter_count(find_preset("llama-3.1-8b")->shape)), 8.03e9, 0.05e9);
+  EXPECT_NEAR(static_cast<double>(parameter_count(find_preset("mixtral-8x7b")->shape)), 46.7e9, 0.1e9);
+}
+
+TEST(Tokenizer, MergesByScoreAndFallsBackToBytes) {
+  const Model& m = tiny_model("Q8_0");
+  const auto tok = Tokenizer::from(m.file());
+  ASSERT_TRUE(tok.has_value());
+  const auto ids = tok->encode("the model", true);
+  ASSERT_EQ(ids.size(), 3U);  // <s> "▁the" "▁model"
+  EXPECT_EQ(ids[0], tok->bos());
+  EXPECT_EQ(tok->decode(ids[1]), " the");
+  EXPECT_EQ(tok->decode(ids[2]), " model");
+  // "é" has no piece: two byte tokens that decode back to its UTF-8 bytes.
+  const auto e = tok->encode("\xC3\xA9", false);
+  std::string text;
+  for (int id : e) text += tok->decode(id);
+  EXPECT_EQ(text, " \xC3\xA9");
+  EXPECT_EQ(tok->decode(tok->eos()), "");
+  EXPECT_EQ(tok->decode(-1), "");
+}
+
+}  // namespace
+}  // namespace infercast
