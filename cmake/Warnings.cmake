@@ -5,4 +5,4 @@ target_compile_options(infercast_warnings INTERFACE
   -Wnon-virtual-dtor -Wold-style-cast -Wcast-align
   -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough -Werror
   # GCC 12 reports false -Wrestrict overlaps inside std::string concatenation at -O3 (GCC PR 105329).
-  -Wno-restrict)
+  $<$<CXX_COMPILER_ID:GNU>:-Wno-restrict>)

@@ -197,35 +197,50 @@ void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits)
 
 void Engine::attention(int layer, std::span<const StepToken> tokens, const std::vector<int>& positions) {
   const auto qd = static_cast<std::size_t>(cfg_.q_dim());
+  const auto kvd = static_cast<std::size_t>(cfg_.kv_dim());
   const auto hd = static_cast<std::size_t>(cfg_.head_dim);
-  const int group = cfg_.heads / cfg_.kv_heads;
+  const auto group = static_cast<std::size_t>(cfg_.heads / cfg_.kv_heads);
   const float scale = 1.0F / std::sqrt(static_cast<float>(cfg_.head_dim));
   const int max_len = *std::max_element(positions.begin(), positions.end()) + 1;
-  for (auto& s : scores_) s.resize(static_cast<std::size_t>(max_len));
-  const std::size_t tasks = tokens.size() * static_cast<std::size_t>(cfg_.heads);
-  parallel_for(tasks, [&](std::size_t begin, std::size_t end, unsigned member) {
+  for (auto& s : scores_) s.resize(group * static_cast<std::size_t>(max_len));
+  // One task per (token, KV head): its query heads share every key and value it loads. Tasks
+  // are dealt round-robin because a prompt's later tokens attend to more positions.
+  const std::size_t tasks = tokens.size() * static_cast<std::size_t>(cfg_.kv_heads);
+  const unsigned members = ctx_.threads();
+  const bool f32 = kv_type_ == GgmlType::f32;
+  ctx_.pool().run([&](unsigned member) {
     float* scores = scores_[member].data();
-    for (std::size_t task = begin; task < end; ++task) {
-      const std::size_t t = task / static_cast<std::size_t>(cfg_.heads);
-      const int h = static_cast<int>(task % static_cast<std::size_t>(cfg_.heads));
-      const std::size_t kv_offset = static_cast<std::size_t>(h / group) * hd * kv_elem_bytes_;
+    for (std::size_t task = member; task < tasks; task += members) {
+      const std::size_t t = task / static_cast<std::size_t>(cfg_.kv_heads);
+      const std::size_t g = task % static_cast<std::size_t>(cfg_.kv_heads);
       const Sequence& s = sequences_[static_cast<std::size_t>(tokens[t].sequence)];
-      const float* q = &q_[t * qd + static_cast<std::size_t>(h) * hd];
-      const int len = positions[t] + 1;
-      for (int j = 0; j < len; ++j) {
-        const std::uint8_t* k = kv_slot(s.blocks[static_cast<std::size_t>(j / kKvBlockTokens)], layer, false, j % kKvBlockTokens) + kv_offset;
-        scores[j] = scale * (kv_type_ == GgmlType::f32 ? vec_.dot_f32(reinterpret_cast<const float*>(k), q, hd)
-                                                       : vec_.dot_f16(reinterpret_cast<const std::uint16_t*>(k), q, hd));
+      const auto len = static_cast<std::size_t>(positions[t] + 1);
+      const std::size_t kv_offset = g * hd * kv_elem_bytes_;
+      const float* q = &q_[t * qd + g * group * hd];
+      for (std::size_t j0 = 0; j0 < len; j0 += kKvBlockTokens) {
+        const std::size_t count = std::min<std::size_t>(kKvBlockTokens, len - j0);
+        const std::uint8_t* k = kv_slot(s.blocks[j0 / kKvBlockTokens], layer, false, 0) + kv_offset;
+        for (std::size_t h = 0; h < group; ++h) {
+          float* out = scores + h * len + j0;
+          if (f32) {
+            vec_.dot_rows_f32(reinterpret_cast<const float*>(k), kvd, count, q + h * hd, hd, scale, out);
+          } else {
+            vec_.dot_rows_f16(reinterpret_cast<const std::uint16_t*>(k), kvd, count, q + h * hd, hd, scale, out);
+          }
+        }
       }
-      softmax(scores, static_cast<std::size_t>(len));
-      float* out = &att_[t * qd + static_cast<std::size_t>(h) * hd];
-      std::fill(out, out + hd, 0.0F);
-      for (int j = 0; j < len; ++j) {
-        const std::uint8_t* v = kv_slot(s.blocks[static_cast<std::size_t>(j / kKvBlockTokens)], layer, true, j % kKvBlockTokens) + kv_offset;
-        if (kv_type_ == GgmlType::f32) {
-          vec_.axpy_f32(scores[j], reinterpret_cast<const float*>(v), out, hd);
-        } else {
-          vec_.axpy_f16(scores[j], reinterpret_cast<const std::uint16_t*>(v), out, hd);
+      for (std::size_t h = 0; h < group; ++h) softmax(scores + h * len, len);
+      float* out = &att_[t * qd + g * group * hd];
+      std::fill(out, out + group * hd, 0.0F);
+      for (std::size_t j0 = 0; j0 < len; j0 += kKvBlockTokens) {
+        const std::size_t count = std::min<std::size_t>(kKvBlockTokens, len - j0);
+        const std::uint8_t* v = kv_slot(s.blocks[j0 / kKvBlockTokens], layer, true, 0) + kv_offset;
+        for (std::size_t h = 0; h < group; ++h) {
+          if (f32) {
+            vec_.axpy_rows_f32(scores + h * len + j0, reinterpret_cast<const float*>(v), kvd, count, out + h * hd, hd);
+          } else {
+            vec_.axpy_rows_f16(scores + h * len + j0, reinterpret_cast<const std::uint16_t*>(v), kvd, count, out + h * hd, hd);
+          }
         }
       }
     }

@@ -117,7 +117,7 @@ GgufValue read_value(Reader& r, GgufType type, int depth, const std::string& key
     case GgufType::i16: v.sint = r.scalar<std::int16_t>(key.c_str()); break;
     case GgufType::i32: v.sint = r.scalar<std::int32_t>(key.c_str()); break;
     case GgufType::i64: v.sint = r.scalar<std::int64_t>(key.c_str()); break;
-    case GgufType::f32: v.real = r.scalar<float>(key.c_str()); break;
+    case GgufType::f32: v.real = static_cast<double>(r.scalar<float>(key.c_str())); break;
     case GgufType::f64: v.real = r.scalar<double>(key.c_str()); break;
     case GgufType::boolean: {
       const auto b = r.scalar<std::uint8_t>(key.c_str());
@@ -155,7 +155,7 @@ std::string_view to_string(GgufType type) {
 GgufValue GgufValue::make_u32(std::uint32_t v) { GgufValue x; x.type = GgufType::u32; x.uint = v; return x; }
 GgufValue GgufValue::make_i32(std::int32_t v) { GgufValue x; x.type = GgufType::i32; x.sint = v; return x; }
 GgufValue GgufValue::make_u64(std::uint64_t v) { GgufValue x; x.type = GgufType::u64; x.uint = v; return x; }
-GgufValue GgufValue::make_f32(float v) { GgufValue x; x.type = GgufType::f32; x.real = v; return x; }
+GgufValue GgufValue::make_f32(float v) { GgufValue x; x.type = GgufType::f32; x.real = static_cast<double>(v); return x; }
 GgufValue GgufValue::make_bool(bool v) { GgufValue x; x.type = GgufType::boolean; x.uint = v ? 1 : 0; return x; }
 GgufValue GgufValue::make_string(std::string v) { GgufValue x; x.type = GgufType::string; x.text = std::move(v); return x; }
 GgufValue GgufValue::make_array(GgufType element_type, std::vector<GgufValue> items) {

@@ -25,7 +25,9 @@ void axpy_f16(float a, const std::uint16_t* x, float* y, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) y[i] += a * fp16_to_fp32(x[i]);
 }
 
-const VecOps kScalar{"scalar", dot_f32, dot_f16, axpy_f32, axpy_f16};
+const VecOps kScalar{"scalar", dot_f32, dot_f16, axpy_f32, axpy_f16,
+                     dot_rows<float, dot_f32>, dot_rows<std::uint16_t, dot_f16>,
+                     axpy_rows<float, axpy_f32>, axpy_rows<std::uint16_t, axpy_f16>};
 
 }  // namespace
 

@@ -42,7 +42,9 @@ void axpy(float a, const T* x, float* y, std::size_t n) {
   for (; i < n; ++i) y[i] += a * scalar(x[i]);
 }
 
-const VecOps kAvx2{"avx2", dot<float>, dot<std::uint16_t>, axpy<float>, axpy<std::uint16_t>};
+const VecOps kAvx2{"avx2", dot<float>, dot<std::uint16_t>, axpy<float>, axpy<std::uint16_t>,
+    dot_rows<float, dot<float>>, dot_rows<std::uint16_t, dot<std::uint16_t>>,
+    axpy_rows<float, axpy<float>>, axpy_rows<std::uint16_t, axpy<std::uint16_t>>};
 
 }  // namespace
 

@@ -37,7 +37,9 @@ void axpy(float a, const T* x, float* y, std::size_t n) {
   }
 }
 
-const VecOps kAvx512{"avx512", dot<float>, dot<std::uint16_t>, axpy<float>, axpy<std::uint16_t>};
+const VecOps kAvx512{"avx512", dot<float>, dot<std::uint16_t>, axpy<float>, axpy<std::uint16_t>,
+    dot_rows<float, dot<float>>, dot_rows<std::uint16_t, dot<std::uint16_t>>,
+    axpy_rows<float, axpy<float>>, axpy_rows<std::uint16_t, axpy<std::uint16_t>>};
 
 }  // namespace
 

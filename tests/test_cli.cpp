@@ -160,3 +160,46 @@ TEST(CliKernels, JsonRecordsAndProfileUpdate) {
   EXPECT_EQ(updated["kernels"]["quality"].size(), 6U);  // 3 formats x 2 weight distributions
   fs::remove(profile);
 }
+
+TEST(CliModel, GenModelAndRunReportTheFigures) {
+  const fs::path model = fs::temp_directory_path() / ("infercast-cli-model-" + std::to_string(::getpid()) + ".gguf");
+  const Result gen = run("gen-model --layers 2 --dim 128 --ffn 256 --heads 4 --kv-heads 2 --vocab 600 --quant Q4_K_M --seed 5 --out " + model.string());
+  ASSERT_EQ(gen.status, 0) << gen.err;
+  EXPECT_NE(gen.out.find("wrote"), std::string::npos);
+  const Result r = run("run --model " + model.string() + " --threads 2 --prompt-tokens 16 --gen-tokens 6 --concurrency 3 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"prefill_tps", "decode_tps", "decode_tps_per_seq", "ttft_ms", "weight_bytes", "decode_weight_gbs",
+                          "kv_cache_bytes", "peak_rss_bytes"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_GT(j["decode_tps"].get<double>(), j["decode_tps_per_seq"].get<double>());
+  EXPECT_EQ(j["tokens"].size(), 3U);
+  EXPECT_EQ(j["tokens"][0].size(), 6U);
+  const Result text = run("run --model " + model.string() + " --prompt \"hello world\" --gen-tokens 3");
+  EXPECT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("continues:"), std::string::npos) << text.out;
+  // Existing output survives a failed generation.
+  expect_usage_error("gen-model --layers 2 --dim 128 --ffn 256 --heads 3 --vocab 600 --out " + model.string(), "--heads");
+  EXPECT_EQ(run("run --model " + model.string() + " --gen-tokens 2 --prompt-tokens 2").status, 0);
+  fs::remove(model);
+}
+
+TEST(CliModel, BadInputExitsWithStatusTwo) {
+  const fs::path junk = fs::temp_directory_path() / ("infercast-cli-junk-" + std::to_string(::getpid()) + ".gguf");
+  std::ofstream(junk) << "GGUF\x03\x00\x00\x00 this is not a model";
+  expect_usage_error("run --model " + junk.string(), junk.string());
+  expect_usage_error("run --model /nonexistent.gguf", "cannot open");
+  expect_usage_error("gen-model --preset gpt-5 --out /tmp/x.gguf", "unknown preset");
+  expect_usage_error("gen-model --out /tmp/x.gguf", "--preset");
+  expect_usage_error("gen-model --preset tinyllama-1.1b --quant Q3_K --out /tmp/x.gguf", "Q3_K");
+  expect_usage_error("gen-model --layers 1 --dim 64 --ffn 128 --heads 2 --vocab 300 --out /nonexistent/dir/x.gguf", "cannot write");
+  const fs::path model = fs::temp_directory_path() / ("infercast-cli-small-" + std::to_string(::getpid()) + ".gguf");
+  ASSERT_EQ(run("gen-model --layers 1 --dim 64 --ffn 128 --heads 2 --vocab 300 --out " + model.string()).status, 0);
+  expect_usage_error("run --model " + model.string() + " --concurrency 0", "--concurrency");
+  expect_usage_error("run --model " + model.string() + " --kv-type q4", "--kv-type");
+  expect_usage_error("run --model " + model.string() + " --prompt-tokens 5000", "context");
+  expect_usage_error("run --model " + model.string() + " --isa sse9", "--isa");
+  fs::remove(model);
+  fs::remove(junk);
+}

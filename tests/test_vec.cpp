@@ -37,5 +37,34 @@ TEST(VecOps, EveryLevelMatchesScalar) {
   }
 }
 
+TEST(VecOps, RowVariantsMatchPerRowCalls) {
+  SeededRng rng(12);
+  constexpr std::size_t kRows = 5, kStride = 40, kN = 33;
+  std::vector<float> rows(kRows * kStride), q(kN), w(kRows);
+  std::vector<std::uint16_t> half_rows(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) half_rows[i] = fp32_to_fp16(rows[i] = rng.gaussian());
+  for (auto& v : q) v = rng.gaussian();
+  for (auto& v : w) v = rng.gaussian();
+  for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
+    const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
+    float out32[kRows], out16[kRows];
+    ops.dot_rows_f32(rows.data(), kStride, kRows, q.data(), kN, 0.5F, out32);
+    ops.dot_rows_f16(half_rows.data(), kStride, kRows, q.data(), kN, 0.5F, out16);
+    std::vector<float> y32(kN, 0.0F), y16(kN, 0.0F), e32(kN, 0.0F), e16(kN, 0.0F);
+    ops.axpy_rows_f32(w.data(), rows.data(), kStride, kRows, y32.data(), kN);
+    ops.axpy_rows_f16(w.data(), half_rows.data(), kStride, kRows, y16.data(), kN);
+    for (std::size_t j = 0; j < kRows; ++j) {
+      EXPECT_FLOAT_EQ(out32[j], 0.5F * ops.dot_f32(&rows[j * kStride], q.data(), kN)) << ops.name;
+      EXPECT_FLOAT_EQ(out16[j], 0.5F * ops.dot_f16(&half_rows[j * kStride], q.data(), kN)) << ops.name;
+      ops.axpy_f32(w[j], &rows[j * kStride], e32.data(), kN);
+      ops.axpy_f16(w[j], &half_rows[j * kStride], e16.data(), kN);
+    }
+    for (std::size_t i = 0; i < kN; ++i) {
+      EXPECT_FLOAT_EQ(y32[i], e32[i]) << ops.name;
+      EXPECT_FLOAT_EQ(y16[i], e16[i]) << ops.name;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace infercast
