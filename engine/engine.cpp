@@ -268,21 +268,24 @@ void Engine::mixture(const LayerWeights& w, std::size_t n) {
   gemm(w.router, xn_.data(), n, router_.data());
 
   // Per token: the k highest router logits, weighted by a softmax over those k (Mixtral).
-  std::vector<std::vector<std::pair<std::size_t, float>>> routed(experts);
-  std::vector<std::size_t> order(experts);
+  // Buffers kept across layers and steps: routing runs once per layer in every decode step.
+  routed_.resize(experts);
+  for (auto& list : routed_) list.clear();
+  expert_order_.resize(experts);
+  expert_weights_.resize(k);
+  std::vector<std::size_t>& order = expert_order_;
   for (std::size_t t = 0; t < n; ++t) {
     const float* r = &router_[t * experts];
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
                       [&](std::size_t a, std::size_t b) { return r[a] > r[b] || (r[a] == r[b] && a < b); });
-    std::vector<float> weights(k);
-    for (std::size_t i = 0; i < k; ++i) weights[i] = r[order[i]];
-    softmax(weights.data(), k);
-    for (std::size_t i = 0; i < k; ++i) routed[order[i]].emplace_back(t, weights[i]);
+    for (std::size_t i = 0; i < k; ++i) expert_weights_[i] = r[order[i]];
+    softmax(expert_weights_.data(), k);
+    for (std::size_t i = 0; i < k; ++i) routed_[order[i]].emplace_back(t, expert_weights_[i]);
   }
 
   for (std::size_t e = 0; e < experts; ++e) {
-    const auto& list = routed[e];
+    const auto& list = routed_[e];
     if (list.empty()) continue;  // an expert no token chose is never read
     const std::size_t m = list.size();
     expert_in_.resize(m * dim);

@@ -88,6 +88,9 @@ class Engine {
   std::vector<float> rope_cos_, rope_sin_;
   std::vector<std::vector<float>> scores_;  // per thread
   std::vector<float> expert_in_, expert_gate_, expert_up_, expert_out_;
+  std::vector<std::vector<std::pair<std::size_t, float>>> routed_;  // per expert: (token, weight)
+  std::vector<std::size_t> expert_order_;
+  std::vector<float> expert_weights_;
 };
 
 }  // namespace infercast

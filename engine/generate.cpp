@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -16,6 +15,7 @@
 #include "kernels/thread_pool.h"
 #include "probes/error.h"
 #include "probes/random.h"
+#include "probes/units.h"
 
 namespace infercast {
 namespace {
@@ -43,12 +43,6 @@ const std::vector<ModelPreset>& presets() {
        shape("llama", 16, 1024, 2816, 16, 4, 32000, 4096, 1e6F, 1e-5F, false, false, 8, 2)},
   };
   return kPresets;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
 }
 
 // What the quant option names: one format for every matrix, or a recipe.

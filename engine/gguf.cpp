@@ -11,7 +11,6 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
-#include <set>
 
 #include "probes/atomic_file.h"
 #include "probes/error.h"
@@ -272,7 +271,6 @@ void GgufFile::parse_all(const std::string& origin) {
     }
     if (tensor_count > r.remaining() / 32) throw UsageError(fmt::format("tensor count {} is more than the file holds", tensor_count));
     tensors_.reserve(tensor_count);
-    std::set<std::string, std::less<>> names;
     for (std::uint64_t i = 0; i < tensor_count; ++i) {
       GgufTensorInfo t;
       t.name = r.string("tensor name", kMaxNameBytes);
@@ -283,7 +281,7 @@ void GgufFile::parse_all(const std::string& origin) {
       t.offset = r.scalar<std::uint64_t>("tensor offset");
       t.bytes = tensor_bytes(t.type, t.dims, t.name);
       if (t.offset % alignment_ != 0) throw UsageError(fmt::format("tensor '{}' is at offset {}, not aligned to {}", t.name, t.offset, alignment_));
-      if (!names.insert(t.name).second) throw UsageError(fmt::format("tensor '{}' appears twice", t.name));
+      if (!tensor_index_.emplace(t.name, tensors_.size()).second) throw UsageError(fmt::format("tensor '{}' appears twice", t.name));
       tensors_.push_back(std::move(t));
     }
     const std::uint64_t data_start = align_up(r.position(), alignment_);
@@ -305,10 +303,8 @@ const GgufValue* GgufFile::find(std::string_view key) const {
 }
 
 const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
-  for (const auto& t : tensors_) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
+  const auto it = tensor_index_.find(name);
+  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 
 std::uint64_t GgufFile::get_uint(std::string_view key) const {

@@ -100,6 +100,7 @@ class GgufFile {
   std::uint64_t alignment_ = 32;
   std::map<std::string, GgufValue, std::less<>> metadata_;
   std::vector<GgufTensorInfo> tensors_;
+  std::map<std::string, std::size_t, std::less<>> tensor_index_;  // name -> position in tensors_
 };
 
 // Writes a GGUF v3 file. Tensor contents are produced one tensor at a time by a callback when

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
 #include <stdexcept>
 
 #include "kernels/quantize.h"
+#include "probes/units.h"
 
 namespace infercast {
 namespace {
@@ -64,12 +64,6 @@ const std::array kFormats = {
 constexpr std::array kWeightFormats = {GgmlType::f32,  GgmlType::f16,  GgmlType::bf16, GgmlType::q8_0,
                                        GgmlType::q4_0, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
 
-bool iequal(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 }  // namespace
 
 const FormatInfo& format_info(GgmlType type) {
@@ -81,7 +75,7 @@ const FormatInfo& format_info(GgmlType type) {
 
 std::optional<GgmlType> parse_format(std::string_view name) {
   for (const auto& f : kFormats) {
-    if (iequal(f.name, name)) return f.type;
+    if (iequals(f.name, name)) return f.type;
   }
   return std::nullopt;
 }

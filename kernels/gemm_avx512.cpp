@@ -356,6 +356,19 @@ constexpr WordIndex pick4(int g) {
 constexpr std::array<WordIndex, 4> kPickK4 = {pick2(0, 2), pick2(1, 3), pick2(4, 6), pick2(5, 7)};
 constexpr std::array<WordIndex, 4> kPickQ6K = {pick4(0), pick4(4), pick4(8), pick4(12)};
 
+// Sum over a super-block's four 64-byte vectors of scale x (unsigned weights . activations):
+// pairs of byte products to int16, then int16 products with the sub-block scales to int32.
+template <bool Vnni>
+INFERCAST_INLINE __m512i scaled_dot(const __m512i (&u)[4], const __m512i (&scales)[4], const std::uint8_t* px) {
+  __m512i isum = _mm512_setzero_si512();
+  INFERCAST_UNROLL
+  for (int v = 0; v < 4; ++v) {
+    const __m512i pairs = _mm512_maddubs_epi16(u[v], _mm512_load_si512(px + 64 * v));
+    isum = dot_s16<Vnni>(isum, pairs, scales[v]);
+  }
+  return isum;
+}
+
 template <GgmlType W, bool Vnni, int Nr, int Na>
 void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
   using Block = std::conditional_t<W == GgmlType::q4_k, BlockQ4_K, BlockQ5_K>;
@@ -411,12 +424,7 @@ void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
       INFERCAST_UNROLL
       for (int a = 0; a < Na; ++a) {
         const std::uint8_t* px = act[a] + s * kSuperBytes;
-        __m512i isum = _mm512_setzero_si512();
-        INFERCAST_UNROLL
-        for (int v = 0; v < 4; ++v) {
-          const __m512i pairs = _mm512_maddubs_epi16(u[v], _mm512_load_si512(px + 64 * v));
-          isum = dot_s16<Vnni>(isum, pairs, scales[v]);
-        }
+        __m512i isum = scaled_dot<Vnni>(u, scales, px);
         const float dx = *reinterpret_cast<const float*>(px + 256);
         acc[i][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(d * dx), acc[i][a]);
         const __m128i msum = _mm_madd_epi16(m16, _mm_load_si128(reinterpret_cast<const __m128i*>(px + 288)));
@@ -478,12 +486,7 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
       INFERCAST_UNROLL
       for (int a = 0; a < Na; ++a) {
         const std::uint8_t* px = act[a] + s * kSuperBytes;
-        __m512i isum = _mm512_setzero_si512();
-        INFERCAST_UNROLL
-        for (int v = 0; v < 4; ++v) {
-          const __m512i pairs = _mm512_maddubs_epi16(u[v], _mm512_load_si512(px + 64 * v));
-          isum = dot_s16<Vnni>(isum, pairs, scales[v]);
-        }
+        __m512i isum = scaled_dot<Vnni>(u, scales, px);
         // Quants were taken unsigned (0..63); subtract 32 * sum_g scale_g * sum(x in group g).
         const __m256i offset =
             _mm256_madd_epi16(sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(px + 288)));

@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <cctype>
+
+#include "probes/units.h"
 
 namespace infercast {
 namespace {
@@ -36,10 +37,7 @@ std::span<const Recipe> recipes() { return kRecipes; }
 
 const Recipe* find_recipe(std::string_view name) {
   for (const auto& r : kRecipes) {
-    if (r.name.size() == name.size() &&
-        std::equal(name.begin(), name.end(), r.name.begin(), [](char a, char b) {
-          return std::toupper(static_cast<unsigned char>(a)) == std::toupper(static_cast<unsigned char>(b));
-        })) {
+    if (iequals(r.name, name)) {
       return &r;
     }
   }

@@ -1,5 +1,6 @@
 #include "probes/units.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <fmt/format.h>
@@ -41,6 +42,12 @@ std::string format_size(std::uint64_t bytes) {
   if (bytes >= (1ULL << 20)) return fmt::format("{:.1f} MiB", b / (1ULL << 20));
   if (bytes >= (1ULL << 10)) return fmt::format("{} KiB", bytes >> 10);
   return fmt::format("{} B", bytes);
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
 }
 
 }  // namespace infercast

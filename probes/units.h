@@ -10,6 +10,9 @@ namespace infercast {
 // "512MiB", "2GiB", "64M", "1g", "4096" -> bytes (suffixes are binary; B optional).
 std::optional<std::uint64_t> parse_size(std::string_view text);
 
+// What users type (format names, presets, recipes) matches without regard to ASCII case.
+bool iequals(std::string_view a, std::string_view b);
+
 // 4096 -> "4 KiB", 3 << 20 -> "3.0 MiB".
 std::string format_size(std::uint64_t bytes);
 

@@ -14,13 +14,10 @@
 #include "engine/run.h"
 #include "engine/tokenizer.h"
 #include "probes/error.h"
+#include "tests/temp_path.h"
 
 namespace infercast {
 namespace {
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("infercast-test-" + std::to_string(getpid()) + "-" + name)).string();
-}
 
 ModelShape tiny_shape(const std::string& arch = "llama", int experts = 0) {
   ModelShape s;

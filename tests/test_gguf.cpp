@@ -10,13 +10,10 @@
 
 #include "engine/gguf.h"
 #include "probes/error.h"
+#include "tests/temp_path.h"
 
 namespace infercast {
 namespace {
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("infercast-test-" + std::to_string(getpid()) + "-" + name)).string();
-}
 
 std::vector<std::uint8_t> read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
