@@ -15,6 +15,7 @@
 #include "kernels/thread_pool.h"
 #include "probes/error.h"
 #include "probes/random.h"
+#include "probes/topology.h"
 #include "probes/units.h"
 
 namespace infercast {
@@ -203,6 +204,9 @@ void validate(const GenerateOptions& o) {
     throw UsageError("--experts and --active-experts go together, with 1 <= active <= experts");
   }
   parse_quant(o.quant);
+  if (o.threads > host_topology().cores) {
+    throw UsageError(fmt::format("--threads must be between 1 and {} (the physical cores)", host_topology().cores));
+  }
 }
 
 GenerateResult generate_model(const GenerateOptions& o, const std::string& path, const std::function<void(double)>& progress) {

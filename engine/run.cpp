@@ -9,6 +9,8 @@
 
 #include "probes/error.h"
 #include "probes/random.h"
+#include "probes/topology.h"
+#include "probes/units.h"
 
 namespace infercast {
 namespace {
@@ -34,6 +36,9 @@ RunReport run_model(const Model& model, const RunOptions& o, const Tokenizer* to
   if (o.concurrency < 1 || o.concurrency > 4096) throw UsageError("--concurrency must be between 1 and 4096");
   if (o.gen_tokens < 1) throw UsageError("--gen-tokens must be at least 1");
   if (o.max_batch < 1) throw UsageError("the prefill batch must be at least 1");
+  if (o.threads == 0 || o.threads > host_topology().cores) {
+    throw UsageError(fmt::format("--threads must be between 1 and {} (the physical cores)", host_topology().cores));
+  }
 
   std::vector<int> prompt;
   if (o.prompt) {
@@ -50,6 +55,14 @@ RunReport run_model(const Model& model, const RunOptions& o, const Tokenizer* to
     throw UsageError(fmt::format("{} prompt + {} generated tokens exceed the model's context of {}", prompt.size(), o.gen_tokens, cfg.context));
   }
 
+  // The KV pool is allocated up front: refuse one that cannot fit rather than fail half-way.
+  const std::uint64_t kv_bytes = static_cast<std::uint64_t>(o.concurrency) * (length + kKvBlockTokens) *
+                                 static_cast<std::uint64_t>(cfg.layers) * 2 * static_cast<std::uint64_t>(cfg.kv_dim()) *
+                                 (o.kv_type == GgmlType::f32 ? 4 : 2);
+  if (kv_bytes > available_memory_bytes()) {
+    throw UsageError(fmt::format("the KV cache for {} sequences of {} tokens needs {}, more than the {} available",
+                                 o.concurrency, length, format_size(kv_bytes), format_size(available_memory_bytes())));
+  }
   EngineOptions eo;
   eo.threads = o.threads;
   eo.kv_type = o.kv_type;

@@ -200,6 +200,11 @@ TEST(CliModel, BadInputExitsWithStatusTwo) {
   expect_usage_error("run --model " + model.string() + " --kv-type q4", "--kv-type");
   expect_usage_error("run --model " + model.string() + " --prompt-tokens 5000", "context");
   expect_usage_error("run --model " + model.string() + " --isa sse9", "--isa");
+  expect_usage_error("run --model " + model.string() + " --threads 100000", "--threads");
+  expect_usage_error("gen-model --layers 1 --dim 64 --ffn 128 --heads 2 --vocab 300 --threads 100000 --out " + model.string(), "--threads");
+  // A wide model whose KV cache for 4096 long sequences (about 275 GB) cannot fit.
+  ASSERT_EQ(run("gen-model --layers 1 --dim 4096 --ffn 128 --heads 32 --vocab 300 --out " + model.string()).status, 0);
+  expect_usage_error("run --model " + model.string() + " --concurrency 4096 --prompt-tokens 4000 --gen-tokens 90", "KV cache");
   fs::remove(model);
   fs::remove(junk);
 }

@@ -14,6 +14,7 @@
 #include "engine/run.h"
 #include "engine/tokenizer.h"
 #include "probes/error.h"
+#include "probes/topology.h"
 #include "tests/temp_path.h"
 
 namespace infercast {
@@ -45,7 +46,7 @@ const Model& tiny_model(const std::string& quant, const std::string& arch = "lla
     o.shape = tiny_shape(arch, experts);
     o.quant = quant;
     o.seed = 7;
-    o.threads = 2;
+    o.threads = std::min(2U, host_topology().cores);
     const std::string path = temp_path(key.substr(0, key.find('/')) + "-" + arch + std::to_string(experts) + ".gguf");
     generate_model(o, path);
     m = std::make_unique<Model>(Model::load(path));
@@ -192,7 +193,7 @@ TEST(Engine, BatchedDecodeGivesEachSequenceItsOwnLogits) {
 TEST(Engine, SameFileAndThreadsGiveTheSameTokens) {
   const Model& m = tiny_model("Q4_0");
   RunOptions o;
-  o.threads = 2;
+  o.threads = std::min(2U, host_topology().cores);
   o.prompt_tokens = 12;
   o.gen_tokens = 10;
   o.concurrency = 2;
@@ -253,7 +254,7 @@ TEST(Generate, IsDeterministicAcrossThreadCounts) {
   const std::string b = temp_path("gen-b.gguf");
   o.threads = 1;
   generate_model(o, a);
-  o.threads = 2;
+  o.threads = std::min(2U, host_topology().cores);
   generate_model(o, b);
   EXPECT_EQ(bytes_of(a), bytes_of(b));
   const Model m = Model::load(a);
