@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -14,6 +15,7 @@
 
 #include "probes/atomic_file.h"
 #include "probes/error.h"
+#include "probes/memory.h"
 
 namespace infercast {
 namespace {
@@ -198,8 +200,9 @@ std::uint64_t tensor_bytes(GgmlType type, std::span<const std::uint64_t> dims, s
 }
 
 struct GgufFile::Mapping {
-  void* address = nullptr;
+  void* address = nullptr;  // of the file mapping; null when the bytes were copied
   std::size_t length = 0;
+  PageBuffer copy;
   ~Mapping() {
     if (address != nullptr) munmap(address, length);
   }
@@ -209,7 +212,21 @@ GgufFile::GgufFile(GgufFile&&) noexcept = default;
 GgufFile& GgufFile::operator=(GgufFile&&) noexcept = default;
 GgufFile::~GgufFile() = default;
 
-GgufFile GgufFile::open(const std::string& path) {
+namespace {
+
+void read_all(int fd, std::byte* out, std::size_t size, const std::string& path) {
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = pread(fd, out + done, std::min<std::size_t>(size - done, 64U << 20), static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw UsageError(fmt::format("cannot read '{}': {}", path, n < 0 ? std::strerror(errno) : "file shrank while reading"));
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+GgufFile GgufFile::open(const std::string& path, WeightLoading loading) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw UsageError(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
   struct stat st {};
@@ -219,8 +236,18 @@ GgufFile GgufFile::open(const std::string& path) {
   }
   GgufFile file;
   file.mapping_ = std::make_unique<Mapping>();
+  file.loading_ = loading;
   const auto size = static_cast<std::size_t>(st.st_size);
-  if (size > 0) {
+  if (size > 0 && loading == WeightLoading::copy) {
+    try {
+      file.mapping_->copy = PageBuffer(size, true);
+      read_all(fd, file.mapping_->copy.data(), size, path);
+    } catch (...) {
+      close(fd);
+      throw;
+    }
+    file.bytes_ = {reinterpret_cast<const std::uint8_t*>(file.mapping_->copy.data()), size};
+  } else if (size > 0) {
     void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
       const int err = errno;
@@ -342,8 +369,8 @@ double GgufFile::get_real_or(std::string_view key, double fallback) const {
 }
 
 bool GgufFile::lock_in_memory() const {
-  if (mapping_ == nullptr || mapping_->address == nullptr) return true;
-  return mlock(mapping_->address, mapping_->length) == 0;
+  if (bytes_.empty() || mapping_ == nullptr) return true;
+  return mlock(bytes_.data(), bytes_.size()) == 0;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <limits>
+#include <system_error>
 
 #include "kernels/formats.h"
 #include "probes/error.h"
+#include "probes/topology.h"
 
 namespace infercast {
 namespace {
@@ -105,9 +108,18 @@ ModelConfig read_model_config(const GgufFile& f) {
   return c;
 }
 
-Model Model::load(const std::string& path) {
+namespace {
+WeightLoading default_loading(const std::string& path) {
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(path, ec);
+  if (ec) return WeightLoading::map;  // open() reports the problem
+  return bytes + bytes / 4 <= available_memory_bytes() ? WeightLoading::copy : WeightLoading::map;
+}
+}  // namespace
+
+Model Model::load(const std::string& path, std::optional<WeightLoading> loading) {
   try {
-    return from(GgufFile::open(path));
+    return from(GgufFile::open(path, loading ? *loading : default_loading(path)));
   } catch (const UsageError& e) {
     const std::string what = e.what();
     if (what.starts_with(path)) throw;

@@ -57,8 +57,10 @@ struct LayerWeights {
 
 class Model {
  public:
-  // Opens, maps and checks the file: every tensor present with the shape the config implies.
-  static Model load(const std::string& path);
+  // Opens and checks the file: every tensor present with the shape the config implies.
+  // Without a loading mode: copied into huge pages when the file fits in the available memory
+  // with a quarter to spare, else mapped.
+  static Model load(const std::string& path, std::optional<WeightLoading> loading = std::nullopt);
   static Model from(GgufFile file);
 
   [[nodiscard]] const ModelConfig& config() const { return config_; }

@@ -90,6 +90,16 @@ TEST(Gguf, OpensMappedFileAndNamesItInErrors) {
   const GgufFile f = GgufFile::open(path);
   EXPECT_EQ(f.tensors().size(), 2U);
   EXPECT_EQ(f.file_bytes(), bytes.size());
+  EXPECT_EQ(f.loading(), WeightLoading::map);
+  // A copy into anonymous memory holds the same bytes, and outlives the file.
+  const GgufFile copied = GgufFile::open(path, WeightLoading::copy);
+  EXPECT_EQ(copied.loading(), WeightLoading::copy);
+  ASSERT_EQ(copied.tensors().size(), 2U);
+  const auto* ta = f.find_tensor("b");
+  const auto* tb = copied.find_tensor("b");
+  ASSERT_TRUE(ta != nullptr && tb != nullptr);
+  EXPECT_NE(ta->data, tb->data);
+  EXPECT_EQ(0, std::memcmp(ta->data, tb->data, ta->bytes));
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), 40);
   try {
     (void)GgufFile::open(path);
