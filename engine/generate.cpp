@@ -46,45 +46,6 @@ const std::vector<ModelPreset>& presets() {
   return kPresets;
 }
 
-// What the quant option names: one format for every matrix, or a recipe.
-struct Quantization {
-  std::optional<GgmlType> format;
-  const Recipe* recipe = nullptr;
-  std::uint32_t file_type = 0;  // llama.cpp's general.file_type
-};
-
-Quantization parse_quant(std::string_view name) {
-  Quantization q;
-  if ((q.recipe = find_recipe(name)) != nullptr) {
-    q.file_type = q.recipe->base == GgmlType::q4_k ? 15 : 17;
-    return q;
-  }
-  q.format = parse_format(name);
-  if (!q.format || *q.format == GgmlType::q8_k) {
-    throw UsageError(fmt::format("unknown quantization '{}' (formats: {}; recipes: Q4_K_M, Q5_K_M)", name, weight_format_names()));
-  }
-  switch (*q.format) {
-    case GgmlType::f32: q.file_type = 0; break;
-    case GgmlType::f16: q.file_type = 1; break;
-    case GgmlType::q4_0: q.file_type = 2; break;
-    case GgmlType::q8_0: q.file_type = 7; break;
-    case GgmlType::q4_k: q.file_type = 14; break;
-    case GgmlType::q5_k: q.file_type = 16; break;
-    case GgmlType::q6_k: q.file_type = 18; break;
-    case GgmlType::bf16: q.file_type = 32; break;
-    default: break;
-  }
-  return q;
-}
-
-// The type a matrix gets. Rows whose length the chosen format's block does not divide fall back
-// to Q8_0, then F16 (llama.cpp falls back too, e.g. for Qwen's 896-wide rows under K-quants).
-GgmlType matrix_type(const Quantization& q, const std::string& name, int layer, int layers, std::uint64_t cols) {
-  GgmlType t = q.recipe != nullptr ? recipe_type(*q.recipe, name, true, layer, layers) : *q.format;
-  if (cols % static_cast<std::uint64_t>(format_info(t).block_elems) != 0) t = cols % kQk == 0 ? GgmlType::q8_0 : GgmlType::f16;
-  return t;
-}
-
 std::uint64_t fnv1a(std::string_view s) {
   std::uint64_t h = 0xcbf29ce484222325ULL;
   for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
@@ -203,7 +164,7 @@ void validate(const GenerateOptions& o) {
   if (s.experts < 0 || s.active_experts < 0 || (s.experts > 0) != (s.active_experts > 0) || s.active_experts > s.experts) {
     throw UsageError("--experts and --active-experts go together, with 1 <= active <= experts");
   }
-  parse_quant(o.quant);
+  parse_quantization(o.quant);
   if (o.threads > host_topology().cores) {
     throw UsageError(fmt::format("--threads must be between 1 and {} (the physical cores)", host_topology().cores));
   }
@@ -212,7 +173,7 @@ void validate(const GenerateOptions& o) {
 GenerateResult generate_model(const GenerateOptions& o, const std::string& path, const std::function<void(double)>& progress) {
   validate(o);
   const ModelShape& s = o.shape;
-  const Quantization quant = parse_quant(o.quant);
+  const Quantization quant = parse_quantization(o.quant);
   const std::string& a = s.architecture;
   const auto dim = static_cast<std::uint64_t>(s.dim);
   const auto head_dim = dim / static_cast<std::uint64_t>(s.heads);

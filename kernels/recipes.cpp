@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <array>
 
+#include <fmt/format.h>
+
+#include "kernels/formats.h"
+#include "probes/error.h"
 #include "probes/units.h"
 
 namespace infercast {
@@ -51,6 +55,36 @@ GgmlType recipe_type(const Recipe& recipe, std::string_view tensor_name, bool is
     if (rule.layers == LayerSelector::all || uses_more_bits(layer, layers)) return rule.type;
   }
   return recipe.base;
+}
+
+Quantization parse_quantization(std::string_view name) {
+  Quantization q;
+  if ((q.recipe = find_recipe(name)) != nullptr) {
+    q.file_type = q.recipe->base == GgmlType::q4_k ? 15 : 17;
+    return q;
+  }
+  q.format = parse_format(name);
+  if (!q.format || *q.format == GgmlType::q8_k) {
+    throw UsageError(fmt::format("unknown quantization '{}' (formats: {}; recipes: Q4_K_M, Q5_K_M)", name, weight_format_names()));
+  }
+  switch (*q.format) {
+    case GgmlType::f32: q.file_type = 0; break;
+    case GgmlType::f16: q.file_type = 1; break;
+    case GgmlType::q4_0: q.file_type = 2; break;
+    case GgmlType::q8_0: q.file_type = 7; break;
+    case GgmlType::q4_k: q.file_type = 14; break;
+    case GgmlType::q5_k: q.file_type = 16; break;
+    case GgmlType::q6_k: q.file_type = 18; break;
+    case GgmlType::bf16: q.file_type = 32; break;
+    default: break;
+  }
+  return q;
+}
+
+GgmlType matrix_type(const Quantization& q, std::string_view tensor_name, int layer, int layers, std::uint64_t cols) {
+  GgmlType t = q.recipe != nullptr ? recipe_type(*q.recipe, tensor_name, true, layer, layers) : *q.format;
+  if (cols % static_cast<std::uint64_t>(format_info(t).block_elems) != 0) t = cols % kQk == 0 ? GgmlType::q8_0 : GgmlType::f16;
+  return t;
 }
 
 }  // namespace infercast
