@@ -7,6 +7,7 @@
 #include <memory>
 #include <sstream>
 
+#include "cli/json_file.h"
 #include "cli/progress.h"
 #include "kernels/formats.h"
 #include "kernels/measure.h"
@@ -34,15 +35,7 @@ struct KernelsArgs {
 };
 
 nlohmann::json read_profile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError(fmt::format("no profile at {}: run `infercast probe --out {}` first", path, path));
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw UsageError(fmt::format("{} is not valid JSON ({})", path, e.what()));
-  }
+  return read_json_file(path, fmt::format("run `infercast probe --out {}` first", path));
 }
 
 std::vector<IsaLevel> parse_levels(const std::string& text) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "cli/forecast_commands.h"
 #include "cli/kernels_command.h"
 #include "cli/model_commands.h"
 #include "cli/probe_command.h"
@@ -24,6 +25,10 @@ int main(int argc, char** argv) {
   infercast::cli::add_kernels_command(app, exit_status);
   infercast::cli::add_gen_model_command(app, exit_status);
   infercast::cli::add_run_command(app, exit_status);
+  infercast::cli::add_calibrate_command(app, exit_status);
+  infercast::cli::add_predict_command(app, exit_status);
+  infercast::cli::add_cost_command(app, exit_status);
+  infercast::cli::add_validate_command(app, exit_status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -29,13 +29,6 @@ struct GenArgs {
   unsigned threads = 0;
 };
 
-std::string format_count(std::uint64_t n) {
-  const auto x = static_cast<double>(n);
-  if (x >= 1e9) return fmt::format("{:.2f} B", x / 1e9);
-  if (x >= 1e6) return fmt::format("{:.1f} M", x / 1e6);
-  return fmt::format("{:.1f} K", x / 1e3);
-}
-
 void gen_model(GenArgs& a) {
   GenerateOptions o;
   if (!a.preset.empty()) {
@@ -59,7 +52,7 @@ void gen_model(GenArgs& a) {
   const GenerateResult r = generate_model(o, a.out, [&](double f) { progress.update("writing tensors", f); });
   progress.finish();
   fmt::print("wrote {}: {} parameters, {} of tensors, {} ({} layers, dim {}, ffn {}, {} heads / {} KV{})\n", a.out,
-             format_count(r.parameters), format_size(r.file_bytes), a.quant, o.shape.layers, o.shape.dim,
+             format_count(static_cast<double>(r.parameters)), format_size(r.file_bytes), a.quant, o.shape.layers, o.shape.dim,
              o.shape.ffn, o.shape.heads, o.shape.kv_heads,
              o.shape.experts > 0 ? fmt::format(", {} experts / {} active", o.shape.experts, o.shape.active_experts) : "");
 }
@@ -135,7 +128,7 @@ void run(RunArgs& a) {
   const ModelConfig& c = model.config();
   fmt::print("model {}: {} layers, dim {}, {} heads / {} KV{}, {} of weights, {} parameters\n", a.model, c.layers,
              c.dim, c.heads, c.kv_heads, c.is_moe() ? fmt::format(", {} experts / {} active", c.experts, c.active_experts) : "",
-             format_size(r.weight_bytes), format_count(model.parameters()));
+             format_size(r.weight_bytes), format_count(static_cast<double>(model.parameters())));
   fmt::print("weights {}\n", model.file().loading() == WeightLoading::copy ? "copied into huge pages" : "memory-mapped");
   fmt::print("threads {}, ISA {} (prefill {}, decode {}), KV cache {} ({})\n\n", r.threads, r.isa, r.prefill_kernel,
              r.decode_kernel, format_size(r.kv_cache_bytes), a.kv_type);

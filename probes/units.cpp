@@ -50,4 +50,10 @@ bool iequals(std::string_view a, std::string_view b) {
          });
 }
 
+std::string format_count(double n) {
+  if (n >= 1e9) return fmt::format("{:.2f} B", n / 1e9);
+  if (n >= 1e6) return fmt::format("{:.1f} M", n / 1e6);
+  return fmt::format("{:.1f} K", n / 1e3);
+}
+
 }  // namespace infercast

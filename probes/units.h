@@ -15,5 +15,7 @@ bool iequals(std::string_view a, std::string_view b);
 
 // 4096 -> "4 KiB", 3 << 20 -> "3.0 MiB".
 std::string format_size(std::uint64_t bytes);
+// "1.10 B", "596.0 M": parameter and token counts.
+std::string format_count(double n);
 
 }  // namespace infercast

@@ -1,0 +1,392 @@
+#include "model/calibration.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <limits>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "engine/generate.h"
+#include "engine/model.h"
+#include "engine/run.h"
+#include "kernels/formats.h"
+#include "kernels/measure.h"
+#include "probes/error.h"
+
+namespace infercast {
+namespace {
+
+// Prefill runs the prompt in steps of at most this many tokens, as `infercast run` does.
+constexpr double kPrefillChunk = 512;
+
+std::string utc_now() {
+  const auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+double matrix_calls(const Architecture& a, const WeightInventory& w, double batch) {
+  const double touched = a.is_moe() ? expected_experts_touched(a.moe.experts, a.moe.active, batch) : 0;
+  double calls = 0;
+  for (const auto& m : w.matrices) calls += m.role == MatrixRole::expert ? touched : 1.0;
+  return calls + a.layers;  // one attention operation per layer
+}
+
+// Least squares over the columns in `use`; false when the normal equations are singular.
+bool solve(const std::vector<std::array<double, 3>>& x, const std::vector<double>& y, std::array<bool, 3> use,
+           std::array<double, 3>& out) {
+  // Columns are scaled to unit norm so the 3x3 system is well conditioned.
+  std::array<double, 3> scale{};
+  for (int j = 0; j < 3; ++j) {
+    for (const auto& row : x) scale[j] += row[j] * row[j];
+    scale[j] = scale[j] > 0 ? std::sqrt(scale[j]) : 1;
+  }
+  std::array<std::array<double, 4>, 3> m{};
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    for (int r = 0; r < 3; ++r) {
+      for (int c = 0; c < 3; ++c) m[r][c] += x[i][r] / scale[r] * x[i][c] / scale[c];
+      m[r][3] += x[i][r] / scale[r] * y[i];
+    }
+  }
+  for (int j = 0; j < 3; ++j) {
+    if (!use[j]) {
+      for (int c = 0; c < 4; ++c) m[j][c] = 0;
+      for (int r = 0; r < 3; ++r) m[r][j] = 0;
+      m[j][j] = 1;
+    }
+  }
+  for (int p = 0; p < 3; ++p) {
+    int best = p;
+    for (int r = p + 1; r < 3; ++r) {
+      if (std::abs(m[r][p]) > std::abs(m[best][p])) best = r;
+    }
+    if (std::abs(m[best][p]) < 1e-12) return false;
+    std::swap(m[p], m[best]);
+    for (int r = 0; r < 3; ++r) {
+      if (r == p) continue;
+      const double f = m[r][p] / m[p][p];
+      for (int c = p; c < 4; ++c) m[r][c] -= f * m[p][c];
+    }
+  }
+  for (int j = 0; j < 3; ++j) out[j] = use[j] ? m[j][3] / m[j][j] / scale[j] : 0;
+  return true;
+}
+
+GgmlType type_from_name(const std::string& name) {
+  const auto t = parse_format(name);
+  if (!t) throw UsageError(fmt::format("calibration: unknown format '{}'", name));
+  return *t;
+}
+
+}  // namespace
+
+namespace {
+
+// Linear interpolation of one field over the curve, extended along the last segment.
+double interpolate(const std::vector<CurvePoint>& p, double batch, double CurvePoint::*field) {
+  if (p.size() == 1 || batch <= p.front().batch) return p.front().*field;
+  std::size_t i = 1;
+  while (i + 1 < p.size() && p[i].batch < batch) ++i;
+  const CurvePoint& lo = p[i - 1];
+  const CurvePoint& hi = p[i];
+  const double f = (batch - lo.batch) / (hi.batch - lo.batch);
+  return std::max(lo.*field + f * (hi.*field - lo.*field), 0.0);
+}
+
+const std::vector<CurvePoint>& curve(const Calibration& c, GgmlType type) {
+  const auto it = c.curves.find(type);
+  if (it == c.curves.end() || it->second.empty()) {
+    throw UsageError(fmt::format("the calibration has no {} measurements: run `infercast calibrate` again", format_info(type).name));
+  }
+  return it->second;
+}
+
+}  // namespace
+
+double Calibration::seconds_per_byte(GgmlType type, double batch) const {
+  return interpolate(curve(*this, type), batch, &CurvePoint::seconds_per_byte);
+}
+
+double Calibration::seconds_per_row(GgmlType type, double batch) const {
+  return interpolate(curve(*this, type), batch, &CurvePoint::seconds_per_row);
+}
+
+double Calibration::effective_seconds_per_byte(GgmlType type, double batch) const {
+  const double rows = 4096;
+  const double bytes = rows * static_cast<double>(format_info(type).row_bytes(4096));
+  return product_seconds(type, bytes, rows, batch) / bytes;
+}
+
+CurvePoint split_point(double batch, double bytes, double long_seconds, double short_seconds, const std::string& kernel) {
+  const double long_rows = static_cast<double>(kLongRows[0]);
+  const double short_rows = static_cast<double>(kShortRows[0]);
+  double per_row = (short_seconds - long_seconds) / (short_rows - long_rows);
+  double per_byte = (long_seconds - long_rows * per_row) / bytes;
+  if (per_row < 0 || per_byte <= 0) {
+    per_row = 0;
+    per_byte = 0.5 * (long_seconds + short_seconds) / bytes;
+  }
+  return {batch, per_byte, per_row, kernel};
+}
+
+double Calibration::relative_band() const {
+  const double fit = engine ? engine->residual : 0.0;
+  return std::max(0.05, 2.0 * std::sqrt(fit * fit + sweep_cv * sweep_cv));
+}
+
+StepWork decode_work(const Architecture& a, const WeightInventory& w, double batch, double context) {
+  return {matrix_calls(a, w, batch), batch * a.layers * a.dim, batch * attention_ops_per_token(a, context)};
+}
+
+StepWork prefill_work(const Architecture& a, const WeightInventory& w, double tokens) {
+  const double chunks = std::ceil(tokens / kPrefillChunk);
+  return {chunks * matrix_calls(a, w, std::min(tokens, kPrefillChunk)), tokens * a.layers * a.dim,
+          attention_ops_per_token(a, 1.0) * tokens * (tokens + 1) / 2};
+}
+
+double matrix_seconds(const Calibration& c, const Architecture& a, const WeightInventory& w, double batch, double output_batch) {
+  const double touched = a.is_moe() ? expected_experts_touched(a.moe.experts, a.moe.active, batch) : 0;
+  double s = 0;
+  for (const auto& m : w.matrices) {
+    if (m.role == MatrixRole::expert) {
+      const double per_expert = touched > 0 ? batch * a.moe.active / touched : 0;
+      s += touched * c.product_seconds(m.type, static_cast<double>(m.bytes_per_copy()), static_cast<double>(m.rows), per_expert);
+    } else if (m.role == MatrixRole::output) {
+      if (output_batch > 0) s += c.product_seconds(m.type, static_cast<double>(m.bytes()), static_cast<double>(m.rows), output_batch);
+    } else {
+      s += c.product_seconds(m.type, static_cast<double>(m.bytes()), static_cast<double>(m.rows), batch);
+    }
+  }
+  return s;
+}
+
+double prefill_matrix_seconds(const Calibration& c, const Architecture& a, const WeightInventory& w, double tokens) {
+  double s = 0;
+  for (double begin = 0; begin < tokens; begin += kPrefillChunk) {
+    const double n = std::min(kPrefillChunk, tokens - begin);
+    s += matrix_seconds(c, a, w, n, begin + n >= tokens ? 1.0 : 0.0);
+  }
+  return s;
+}
+
+EngineOverheads fit_overheads(const std::vector<OverheadObservation>& observations) {
+  std::vector<std::array<double, 3>> x;
+  std::vector<double> y;
+  for (const auto& o : observations) {
+    x.push_back({o.work.calls, o.work.token_layer_dims, o.work.attention_ops});
+    y.push_back(o.measured_seconds - o.matrix_seconds);
+  }
+  // Non-negative least squares by trying every subset of columns: three columns, eight subsets.
+  EngineOverheads best;
+  double best_error = std::numeric_limits<double>::infinity();
+  for (int mask = 0; mask < 8; ++mask) {
+    const std::array<bool, 3> use{(mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0};
+    std::array<double, 3> coef{};
+    if (!solve(x, y, use, coef)) continue;
+    if (coef[0] < 0 || coef[1] < 0 || coef[2] < 0) continue;
+    double error = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double predicted = observations[i].matrix_seconds + coef[0] * x[i][0] + coef[1] * x[i][1] + coef[2] * x[i][2];
+      const double rel = (predicted - observations[i].measured_seconds) / observations[i].measured_seconds;
+      error += rel * rel;
+    }
+    if (error < best_error) {
+      best_error = error;
+      best = {coef[0], coef[1], coef[2], std::sqrt(error / static_cast<double>(x.size()))};
+    }
+  }
+  return best;
+}
+
+nlohmann::json to_json(const Calibration& c) {
+  nlohmann::json curves = nlohmann::json::object();
+  for (const auto& [type, points] : c.curves) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& p : points) {
+      list.push_back({{"batch", p.batch}, {"seconds_per_byte", p.seconds_per_byte}, {"seconds_per_row", p.seconds_per_row}, {"kernel", p.kernel}});
+    }
+    curves[std::string(format_info(type).name)] = list;
+  }
+  nlohmann::json core = nlohmann::json::object();
+  for (const auto& [type, gbs] : c.core_gbs) core[std::string(format_info(type).name)] = gbs;
+  nlohmann::json runs = nlohmann::json::array();
+  for (const auto& r : c.runs) {
+    runs.push_back({{"model", r.model}, {"quant", r.quant}, {"concurrency", r.concurrency}, {"prompt", r.prompt}, {"gen", r.gen},
+                    {"prefill_seconds_per_sequence", r.prefill_seconds_per_sequence},
+                    {"decode_seconds_per_step", r.decode_seconds_per_step}});
+  }
+  nlohmann::json j = {{"schema", "infercast.calibration/1"}, {"measured_at", c.measured_at}, {"threads", c.threads},
+                      {"dram_read_gbs", c.dram_read_gbs}, {"sweep_cv", c.sweep_cv}, {"curves", curves},
+                      {"core_gbs", core}, {"runs", runs}};
+  if (c.engine) {
+    j["engine"] = {{"seconds_per_call", c.engine->seconds_per_call},
+                   {"seconds_per_token_layer_dim", c.engine->seconds_per_token_layer_dim},
+                   {"seconds_per_attention_op", c.engine->seconds_per_attention_op},
+                   {"residual", c.engine->residual}};
+  }
+  return j;
+}
+
+Calibration calibration_from_json(const nlohmann::json& j) {
+  try {
+    if (!j.is_object() || j.value("schema", "") != "infercast.calibration/1") throw UsageError("not an infercast.calibration/1 section");
+    Calibration c;
+    c.measured_at = j.value("measured_at", "");
+    c.threads = j.at("threads").get<unsigned>();
+    c.dram_read_gbs = j.at("dram_read_gbs").get<double>();
+    c.sweep_cv = j.value("sweep_cv", 0.0);
+    for (const auto& [name, points] : j.at("curves").items()) {
+      auto& list = c.curves[type_from_name(name)];
+      for (const auto& p : points) {
+        list.push_back({p.at("batch").get<double>(), p.at("seconds_per_byte").get<double>(), p.value("seconds_per_row", 0.0), p.value("kernel", "")});
+      }
+      std::sort(list.begin(), list.end(), [](const CurvePoint& a, const CurvePoint& b) { return a.batch < b.batch; });
+      if (list.empty()) throw UsageError(fmt::format("curve {} is empty", name));
+      for (const auto& p : list) {
+        if (!(p.batch >= 1) || !(p.seconds_per_byte > 0) || p.seconds_per_row < 0) {
+          throw UsageError(fmt::format("curve {} has a point with no positive batch or time", name));
+        }
+      }
+    }
+    // Named copies: a range-for over a temporary's items() would read a destroyed object.
+    const nlohmann::json core = j.value("core_gbs", nlohmann::json::object());
+    for (const auto& [name, gbs] : core.items()) c.core_gbs[type_from_name(name)] = gbs.get<double>();
+    const nlohmann::json runs = j.value("runs", nlohmann::json::array());
+    for (const auto& r : runs) {
+      c.runs.push_back({r.at("model").get<std::string>(), r.at("quant").get<std::string>(), r.at("concurrency").get<int>(),
+                        r.at("prompt").get<int>(), r.at("gen").get<int>(), r.at("prefill_seconds_per_sequence").get<double>(),
+                        r.at("decode_seconds_per_step").get<double>()});
+    }
+    if (j.contains("engine")) {
+      const auto& e = j.at("engine");
+      c.engine = EngineOverheads{e.at("seconds_per_call").get<double>(), e.at("seconds_per_token_layer_dim").get<double>(),
+                                 e.at("seconds_per_attention_op").get<double>(), e.value("residual", 0.0)};
+    }
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(fmt::format("the profile's calibration section is malformed ({})", e.what()));
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("the profile's calibration section is malformed: {}", e.what()));
+  }
+}
+
+const CalibrationPlan& calibration_plan() {
+  // A model no `validate` size matches, in formats and at concurrencies `validate` does not
+  // use, with prompts of other lengths: the overheads are fitted apart from what is judged.
+  static const CalibrationPlan kPlan{"calibration-0.94b", {"F16", "Q6_K"}, {3, 8}, {64, 256}, 24};
+  return kPlan;
+}
+
+Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const CalibrationProgress& progress) {
+  const auto report = [&](const std::string& what, double f) {
+    if (progress) progress(what, f);
+  };
+  Calibration c;
+  c.measured_at = utc_now();
+  c.threads = o.threads;
+  c.dram_read_gbs = dram_read_gbs;
+
+  // 1. The kernel sweep: every weight format, one realistic shape, weights from DRAM.
+  KernelSweepOptions sweep;
+  sweep.formats.assign(weight_formats().begin(), weight_formats().end());
+  sweep.levels = {active_level()};
+  sweep.batches = {1, 3, 6, 8, 16, 64, 256};
+  sweep.shapes = {{kLongRows[0], kLongRows[1]}, {kShortRows[0], kShortRows[1]}};
+  sweep.threads = o.threads;
+  sweep.min_time = o.min_time;
+  Ceilings ceilings;
+  ceilings.dram_read_gbs = dram_read_gbs;
+  const double sweep_share = o.engine ? 0.45 : 0.9;
+  const auto points = run_kernel_sweep(sweep, ceilings, [&](const std::string& what, double f) { report("kernels " + what, sweep_share * f); });
+  std::vector<double> cvs;
+  for (const auto& p : points) {
+    cvs.push_back(p.cv);
+    if (p.shape.rows != kLongRows[0]) continue;
+    for (const auto& q : points) {
+      if (q.type == p.type && q.batch == p.batch && q.shape.rows == kShortRows[0]) {
+        c.curves[p.type].push_back(split_point(static_cast<double>(p.batch), static_cast<double>(p.weight_bytes), p.seconds, q.seconds, p.kernel));
+      }
+    }
+  }
+  for (auto& [type, list] : c.curves) {
+    std::sort(list.begin(), list.end(), [](const CurvePoint& a, const CurvePoint& b) { return a.batch < b.batch; });
+  }
+  if (!cvs.empty()) {
+    std::nth_element(cvs.begin(), cvs.begin() + static_cast<std::ptrdiff_t>(cvs.size() / 2), cvs.end());
+    c.sweep_cv = cvs[cvs.size() / 2];
+  }
+
+  // 2. One core, weights in cache: the decode rate compute alone allows.
+  KernelSweepOptions core = sweep;
+  core.threads = 1;
+  core.batches = {1};
+  core.shapes = {{256, 4096}};
+  core.footprint_bytes = 1U << 20;
+  for (const auto& p : run_kernel_sweep(core, ceilings, [&](const std::string& what, double f) { report("one core " + what, sweep_share + 0.1 * f); })) {
+    c.core_gbs[p.type] = p.weight_gbs;
+  }
+  if (!o.engine) return c;
+
+  // 3. The engine on the calibration model.
+  const CalibrationPlan& plan = calibration_plan();
+  const ModelShape shape = [] {
+    ModelShape s;
+    s.layers = 14;
+    s.dim = 2304;
+    s.ffn = 6144;
+    s.heads = 18;
+    s.kv_heads = 6;
+    s.vocab = 32000;
+    return s;
+  }();
+  std::vector<OverheadObservation> observations;
+  const double runs = static_cast<double>(plan.quants.size() * plan.concurrencies.size());
+  double done = 0;
+  for (const auto& quant : plan.quants) {
+    const std::string path = (std::filesystem::path(o.work_dir) / fmt::format("{}-{}.gguf", plan.shape_name, quant)).string();
+    report(fmt::format("generating {} {}", plan.shape_name, quant), 0.55 + 0.45 * done / runs);
+    GenerateOptions g;
+    g.shape = shape;
+    g.quant = quant;
+    g.seed = o.seed;
+    g.threads = o.threads;
+    generate_model(g, path);
+    {
+      const Model model = Model::load(path);
+      const Architecture arch = architecture_from_gguf(model.file(), plan.shape_name);
+      const WeightInventory inv = weight_inventory(model.file(), arch);
+      for (std::size_t i = 0; i < plan.concurrencies.size(); ++i) {
+        report(fmt::format("running {} {} C={}", plan.shape_name, quant, plan.concurrencies[i]), 0.55 + 0.45 * done / runs);
+        RunOptions r;
+        r.threads = o.threads;
+        r.concurrency = plan.concurrencies[i];
+        r.prompt_tokens = plan.prompts[i % plan.prompts.size()];
+        r.gen_tokens = plan.gen;
+        const RunReport rep = run_model(model, r, nullptr);
+        CalibrationRun run{plan.shape_name, quant, r.concurrency, r.prompt_tokens, r.gen_tokens,
+                           rep.prefill_seconds / r.concurrency, rep.decode_seconds / (r.gen_tokens - 1)};
+        c.runs.push_back(run);
+        const double context = r.prompt_tokens + r.gen_tokens / 2.0;
+        observations.push_back({run.decode_seconds_per_step, matrix_seconds(c, arch, inv, r.concurrency, r.concurrency),
+                                decode_work(arch, inv, r.concurrency, context)});
+        observations.push_back({run.prefill_seconds_per_sequence, prefill_matrix_seconds(c, arch, inv, r.prompt_tokens),
+                                prefill_work(arch, inv, r.prompt_tokens)});
+        done += 1;
+      }
+    }
+    std::filesystem::remove(path);
+  }
+  c.engine = fit_overheads(observations);
+  report("done", 1.0);
+  return c;
+}
+
+}  // namespace infercast

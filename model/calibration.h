@@ -1,0 +1,144 @@
+#pragma once
+// What the forecast knows about this machine, measured rather than assumed:
+//  - per weight format, the time of a matrix product at each batch size, per weight byte and per
+//    row (the kernel sweep on two shapes of equal size, long rows and short rows, weights
+//    streamed from DRAM at all cores), which is the roofline with its real efficiency:
+//    bandwidth-bound at batch 1, compute-bound as the batch grows;
+//  - per format, the rate one core decodes weights when they sit in cache (what compute alone
+//    allows; used to scale to machines with other core counts);
+//  - the engine's own overheads (per parallel operation, per token, attention), fitted once on
+//    runs of a calibration model whose size, formats and concurrencies `validate` never checks.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "kernels/blocks.h"
+#include "model/architecture.h"
+
+namespace infercast {
+
+// A product of a matrix with `rows` rows and `bytes` bytes at this batch takes
+// bytes * seconds_per_byte + rows * seconds_per_row: streaming plus the per-row work (the
+// reductions and stores of each output), which makes short rows slower per byte than long ones.
+struct CurvePoint {
+  double batch = 0;
+  double seconds_per_byte = 0;
+  double seconds_per_row = 0;
+  std::string kernel;
+};
+
+// The work of one forward step beyond the weight matrices, in the units the overheads scale by.
+struct StepWork {
+  double calls = 0;              // parallel operations (matrix products, attention)
+  double token_layer_dims = 0;   // tokens x layers x hidden size: the serial per-token work
+  double attention_ops = 0;      // multiply-adds x 2 over the KV cache
+};
+
+struct EngineOverheads {
+  double seconds_per_call = 0;
+  double seconds_per_token_layer_dim = 0;
+  double seconds_per_attention_op = 0;
+  double residual = 0;  // relative RMS of the fit over the calibration runs
+
+  [[nodiscard]] double seconds(const StepWork& w) const {
+    return w.calls * seconds_per_call + w.token_layer_dims * seconds_per_token_layer_dim +
+           w.attention_ops * seconds_per_attention_op;
+  }
+};
+
+// One calibration run: what was fitted on (never a `validate` row).
+struct CalibrationRun {
+  std::string model;
+  std::string quant;
+  int concurrency = 0;
+  int prompt = 0;
+  int gen = 0;
+  double prefill_seconds_per_sequence = 0;
+  double decode_seconds_per_step = 0;
+};
+
+struct Calibration {
+  std::string measured_at;
+  unsigned threads = 0;
+  double dram_read_gbs = 0;
+  double sweep_cv = 0;  // median coefficient of variation of the sweep's passes
+  std::map<GgmlType, std::vector<CurvePoint>> curves;
+  std::map<GgmlType, double> core_gbs;
+  std::optional<EngineOverheads> engine;
+  std::vector<CalibrationRun> runs;
+
+  [[nodiscard]] bool has(GgmlType type) const { return curves.contains(type); }
+  // Interpolated linearly in batch between measured points; beyond the last point, extended
+  // along the last segment (a compute-bound product grows linearly with the batch).
+  // Throws UsageError for a format the calibration did not measure.
+  [[nodiscard]] double seconds_per_byte(GgmlType type, double batch) const;
+  [[nodiscard]] double seconds_per_row(GgmlType type, double batch) const;
+  // Per byte of a square 4096 x 4096 matrix, per-row work included: the figure to quote.
+  [[nodiscard]] double effective_seconds_per_byte(GgmlType type, double batch) const;
+  [[nodiscard]] double product_seconds(GgmlType type, double bytes, double rows, double batch) const {
+    return bytes * seconds_per_byte(type, batch) + rows * seconds_per_row(type, batch);
+  }
+  // Relative uncertainty of a forecast made from this calibration (about two standard errors).
+  [[nodiscard]] double relative_band() const;
+};
+
+nlohmann::json to_json(const Calibration& c);
+// Throws UsageError when the section is malformed.
+Calibration calibration_from_json(const nlohmann::json& j);
+
+// Engine work of one step: `tokens` tokens at `context` positions each (on average) for decode,
+// or one prompt of `tokens` tokens (each attending to those before it) for prefill.
+StepWork decode_work(const Architecture& a, const WeightInventory& w, double batch, double context);
+StepWork prefill_work(const Architecture& a, const WeightInventory& w, double tokens);
+// Seconds the weight products of one step over `batch` tokens take by the calibration's curves;
+// the output head multiplies only the `output_batch` tokens whose logits are wanted.
+double matrix_seconds(const Calibration& c, const Architecture& a, const WeightInventory& w, double batch, double output_batch);
+// A prompt of `tokens` tokens in steps of at most 512, logits for the last token only.
+double prefill_matrix_seconds(const Calibration& c, const Architecture& a, const WeightInventory& w, double tokens);
+
+// Fits the overheads to runs (non-negative least squares). Each observation: measured seconds,
+// the matrix seconds the curves predict for it, and its work.
+struct OverheadObservation {
+  double measured_seconds = 0;
+  double matrix_seconds = 0;
+  StepWork work;
+};
+EngineOverheads fit_overheads(const std::vector<OverheadObservation>& observations);
+
+struct CalibrationOptions {
+  unsigned threads = 1;
+  std::string work_dir;           // where the calibration models are written (and removed)
+  bool engine = true;             // also fit the engine overheads
+  double min_time = 0.25;         // per sweep point
+  std::uint64_t seed = 7;
+};
+using CalibrationProgress = std::function<void(const std::string& what, double fraction)>;
+
+// Runs the sweep and the calibration models. `dram_read_gbs` comes from the probe profile.
+Calibration calibrate(const CalibrationOptions& options, double dram_read_gbs, const CalibrationProgress& progress = {});
+
+// The calibration model and the formats and concurrencies it runs: kept apart from what
+// `validate` checks.
+struct CalibrationPlan {
+  std::string shape_name;
+  std::vector<std::string> quants;
+  std::vector<int> concurrencies;
+  std::vector<int> prompts;
+  int gen = 0;
+};
+const CalibrationPlan& calibration_plan();
+
+// The two sweep shapes (rows x cols): the same bytes in long and in short rows.
+inline constexpr std::size_t kLongRows[2] = {2048, 8192};
+inline constexpr std::size_t kShortRows[2] = {8192, 2048};
+
+// Splits the times of one format and batch on the two shapes into per-byte and per-row parts
+// (per-row clamped at zero when noise makes it negative).
+CurvePoint split_point(double batch, double bytes, double long_seconds, double short_seconds, const std::string& kernel);
+
+}  // namespace infercast

@@ -1,0 +1,317 @@
+#include "model/forecast.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/formats.h"
+#include "probes/error.h"
+
+namespace infercast {
+namespace {
+
+constexpr double kPrefillChunk = 512;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+class MeasuredPerformance final : public Performance {
+ public:
+  explicit MeasuredPerformance(const Calibration& c) : c_(c) {
+    if (!c_.engine) throw UsageError("the calibration has no engine overheads: run `infercast calibrate` again");
+  }
+  double matrix_seconds(const Architecture& a, const WeightInventory& w, double batch, double output_batch) const override {
+    return infercast::matrix_seconds(c_, a, w, batch, output_batch);
+  }
+  double other_seconds(const Architecture&, const StepWork& work, double, double) const override { return c_.engine->seconds(work); }
+  double stream_gbs() const override { return c_.dram_read_gbs; }
+  double relative_band() const override { return c_.relative_band(); }
+  std::string basis() const override {
+    return fmt::format("measured on this machine ({} threads, calibrated {})", c_.threads, c_.measured_at);
+  }
+
+ private:
+  const Calibration& c_;
+};
+
+// Learned fractions: measured / datasheet over the catalog entries that have a measurement.
+double learned_stream_fraction(DeviceKind kind) {
+  std::vector<double> f;
+  for (const auto& h : catalog_hardware()) {
+    if (h.kind == kind && h.stream_gbs) f.push_back(*h.stream_gbs / h.bandwidth_gbs);
+  }
+  return f.empty() ? 1.0 : median(f);
+}
+
+double learned_gemm_fraction() {
+  std::vector<double> f;
+  for (const auto& h : catalog_hardware()) {
+    if (h.kind == DeviceKind::gpu && h.gemm_bf16_gflops) f.push_back(*h.gemm_bf16_gflops / h.peak_bf16_gflops);
+  }
+  return f.empty() ? 1.0 : median(f);
+}
+
+// The exponent p with (m^p + c^p)^(1/p) = t: how far memory and compute time overlap in a
+// measured GEMV (p = 1: not at all, p -> infinity: perfectly, the plain roofline max).
+double overlap_exponent(double t_memory, double t_compute, double t_measured) {
+  const auto combined = [&](double p) { return std::pow(std::pow(t_memory, p) + std::pow(t_compute, p), 1.0 / p); };
+  if (t_measured >= combined(1.0)) return 1.0;
+  if (t_measured <= std::max(t_memory, t_compute)) return 64.0;
+  double lo = 1.0;
+  double hi = 64.0;
+  for (int i = 0; i < 60; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (combined(mid) > t_measured ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+// The peak a kernel of the reference ran against: AMX tiles, VNNI, or FP32 FMA.
+double reference_peak(const Hardware& ref, const std::string& kernel) {
+  if (kernel.find("amx_bf16") != std::string::npos) return ref.peak_bf16_gflops;
+  if (kernel.find("amx") != std::string::npos || kernel.find("vnni") != std::string::npos) return ref.peak_int8_gops;
+  return ref.peak_fp32_gflops;
+}
+
+class DescribedPerformance final : public Performance {
+ public:
+  DescribedPerformance(const Hardware& h, const Reference& ref, int devices) : h_(h), ref_(ref), devices_(devices) {
+    const double fraction = h.stream_gbs ? *h.stream_gbs / h.bandwidth_gbs : learned_stream_fraction(h.kind);
+    stream_ = h.bandwidth_gbs * fraction * devices;
+    stream_note_ = h.stream_gbs ? "its measured streaming bandwidth"
+                                : fmt::format("{:.0f}% of datasheet bandwidth, the median the catalog's measured {}s reach", 100 * fraction,
+                                              to_string(h.kind));
+    if (h.kind == DeviceKind::gpu) {
+      const double g = h.gemm_bf16_gflops ? *h.gemm_bf16_gflops / h.peak_bf16_gflops : learned_gemm_fraction();
+      gpu_compute_ = h.peak_bf16_gflops * 1e9 * g * devices;
+      compute_note_ = fmt::format("{:.0f}% of BF16 peak{}", 100 * g, h.gemm_bf16_gflops ? " (its measured GEMM)" : " (median of the catalog's measured GPUs)");
+    } else {
+      compute_note_ = fmt::format("kernel efficiencies of {}", ref.origin);
+    }
+  }
+
+  double matrix_seconds(const Architecture& a, const WeightInventory& w, double batch, double output_batch) const override {
+    const double touched = a.is_moe() ? expected_experts_touched(a.moe.experts, a.moe.active, batch) : 0;
+    double s = 0;
+    for (const auto& m : w.matrices) {
+      double bytes = static_cast<double>(m.bytes());
+      double tokens = batch;
+      if (m.role == MatrixRole::expert) {
+        bytes = static_cast<double>(m.bytes_per_copy()) * touched;
+        tokens = batch * a.moe.active;  // over all touched experts together
+      } else if (m.role == MatrixRole::output) {
+        if (output_batch <= 0) continue;
+        tokens = output_batch;
+      }
+      const double per_copy_params = static_cast<double>(m.rows * m.cols);
+      const double ops = 2.0 * per_copy_params * tokens;
+      s += product_seconds(m.type, bytes, ops, tokens / std::max(1.0, m.role == MatrixRole::expert ? touched : 1.0));
+    }
+    return s;
+  }
+
+  double other_seconds(const Architecture& a, const StepWork& work, double kv_bytes, double batch) const override {
+    double s = kv_bytes / (stream_ * 1e9);
+    if (h_.kind == DeviceKind::gpu) {
+      s += work.attention_ops / gpu_compute_;
+      if (devices_ > 1 && h_.interconnect_gbs > 0) {
+        // Tensor parallel: two all-reduces of the activations per layer (ring: 2(N-1)/N of the data).
+        const double bytes = 2.0 * a.layers * batch * a.dim * 2.0 * 2.0 * (devices_ - 1) / devices_;
+        s += bytes / (h_.interconnect_gbs * 1e9);
+      }
+      return s;
+    }
+    // The engine's overheads as measured on the reference, scaled by clock.
+    const double clock = ref_.hardware.base_ghz > 0 && h_.base_ghz > 0 ? ref_.hardware.base_ghz / h_.base_ghz : 1.0;
+    if (ref_.calibration.engine) s += ref_.calibration.engine->seconds({work.calls, work.token_layer_dims, 0}) * clock;
+    s += work.attention_ops / (h_.peak_fp32_gflops * 1e9 * fp32_fraction());
+    return s;
+  }
+
+  double stream_gbs() const override { return stream_; }
+  double relative_band() const override {
+    // Learned efficiencies carry the spread of the machines they were learned from.
+    return std::max(0.25, ref_.calibration.relative_band());
+  }
+  std::string basis() const override {
+    return fmt::format("described machine, not measured: bandwidth {}; compute {}", stream_note_, compute_note_);
+  }
+
+ private:
+  double fp32_fraction() const {
+    const double peak = ref_.hardware.peak_fp32_gflops;
+    if (!(peak > 0) || !ref_.calibration.has(GgmlType::f32)) return 0.5;
+    const auto& pts = ref_.calibration.curves.at(GgmlType::f32);
+    const double batch = pts.back().batch;
+    // F32 holds one parameter in 4 bytes: 2 x batch operations per 4 bytes streamed.
+    return std::min(1.0, 2.0 * batch / (4.0 * ref_.calibration.effective_seconds_per_byte(GgmlType::f32, batch)) / 1e9 / peak);
+  }
+
+  double product_seconds(GgmlType type, double bytes, double ops, double batch) const {
+    if (h_.kind == DeviceKind::gpu) return std::max(bytes / (stream_ * 1e9), ops / gpu_compute_);
+    return std::max(bytes / (cpu_stream_rate(type) * 1e9), ops / cpu_compute(type, batch));
+  }
+
+  // Weight bytes per second a batch-1 product streams: memory and decode compute combined as the
+  // reference machine showed them to combine.
+  double cpu_stream_rate(GgmlType type) const {
+    const Calibration& c = ref_.calibration;
+    const auto core = c.core_gbs.find(type);
+    if (core == c.core_gbs.end() || !c.has(type) || ref_.hardware.cores <= 0) return stream_;
+    const double clock = ref_.hardware.base_ghz > 0 ? h_.base_ghz / ref_.hardware.base_ghz : 1.0;
+    const double ref_compute = core->second * c.threads;
+    const double p = overlap_exponent(1.0 / c.dram_read_gbs, 1.0 / ref_compute, c.effective_seconds_per_byte(type, 1) * 1e9);
+    const double compute = core->second * h_.cores * devices_ * clock;
+    return 1.0 / std::pow(std::pow(1.0 / stream_, p) + std::pow(1.0 / compute, p), 1.0 / p);
+  }
+
+  // Operations per second at a batch: the reference's fraction of its peak for the kernel class.
+  double cpu_compute(GgmlType type, double batch) const {
+    const Calibration& c = ref_.calibration;
+    if (!c.has(type)) return h_.peak_fp32_gflops * 1e9 * devices_;
+    const auto& pts = c.curves.at(type);
+    // The point at or above this batch (the largest if beyond), as a fraction of its peak.
+    const CurvePoint* point = &pts.back();
+    for (const auto& q : pts) {
+      if (q.batch >= batch) {
+        point = &q;
+        break;
+      }
+    }
+    const double params_per_byte = static_cast<double>(format_info(type).block_elems) / static_cast<double>(format_info(type).block_bytes);
+    const double ref_ops = 2.0 * params_per_byte * point->batch / c.effective_seconds_per_byte(type, point->batch);
+    const double ref_peak = reference_peak(ref_.hardware, point->kernel) * 1e9;
+    const double fraction = ref_peak > 0 ? std::min(1.0, ref_ops / ref_peak) : 0.05;
+    double peak = h_.peak_fp32_gflops;
+    if (point->kernel.find("amx_bf16") != std::string::npos) {
+      peak = h_.peak_bf16_gflops;
+    } else if (point->kernel.find("amx") != std::string::npos || point->kernel.find("vnni") != std::string::npos) {
+      peak = h_.peak_int8_gops;
+    }
+    return peak * 1e9 * fraction * devices_;
+  }
+
+  Hardware h_;
+  const Reference& ref_;
+  int devices_;
+  double stream_ = 0;
+  double gpu_compute_ = 0;
+  std::string stream_note_;
+  std::string compute_note_;
+};
+
+double prefill_seconds(const Architecture& a, const WeightInventory& w, const Performance& p, double tokens, std::uint64_t kv_per_token) {
+  double s = 0;
+  for (double begin = 0; begin < tokens; begin += kPrefillChunk) {
+    const double n = std::min(kPrefillChunk, tokens - begin);
+    s += p.matrix_seconds(a, w, n, begin + n >= tokens ? 1.0 : 0.0);
+  }
+  const double kv = static_cast<double>(kv_per_token) * tokens * (tokens + 1) / 2;
+  return s + p.other_seconds(a, prefill_work(a, w, tokens), kv, tokens);
+}
+
+}  // namespace
+
+std::unique_ptr<Performance> measured_performance(const Calibration& calibration) {
+  return std::make_unique<MeasuredPerformance>(calibration);
+}
+
+std::unique_ptr<Performance> described_performance(const Hardware& h, const Reference& reference, int devices) {
+  if (devices < 1) throw UsageError("the device count must be at least 1");
+  return std::make_unique<DescribedPerformance>(h, reference, devices);
+}
+
+MemoryFit memory_fit(const Architecture& a, const WeightInventory& w, const Workload& load, int users, double available) {
+  MemoryFit m;
+  m.weights = static_cast<double>(w.total_bytes());
+  m.kv_cache = static_cast<double>(users) * (load.prompt + load.gen) * static_cast<double>(kv_bytes_per_token(a, load.kv_element_bytes));
+  // Activations of the largest step (a prefill chunk or the decode batch), F32: the residual
+  // stream and its norm, attention input and output, Q/K/V, the FFN's two inner vectors, logits.
+  const double tokens = std::max(std::min<double>(load.prompt, kPrefillChunk), static_cast<double>(users));
+  const double ffn = a.is_moe() ? std::max<double>(a.ffn, static_cast<double>(a.moe.expert_ffn) * a.moe.active) : a.ffn;
+  const double per_token = 4.0 * (4.0 * a.dim + a.heads * a.head_dim + 2.0 * a.kv_heads * a.head_dim + 2 * ffn);
+  m.activations = tokens * per_token + 4.0 * users * a.vocab;
+  m.needed = m.weights + m.kv_cache + m.activations;
+  m.available = available;
+  return m;
+}
+
+ForecastRow forecast_row(const Architecture& a, const WeightInventory& w, const Performance& p, const Workload& load, int users,
+                         double memory_available) {
+  ForecastRow r;
+  r.users = users;
+  const double b = users;
+  const double context = load.prompt + load.gen / 2.0;
+  const auto kv_per_token = kv_bytes_per_token(a, load.kv_element_bytes);
+  const double kv_bytes = b * context * static_cast<double>(kv_per_token);
+  const double step = p.matrix_seconds(a, w, b, b) + p.other_seconds(a, decode_work(a, w, b, context), kv_bytes, b);
+  const double band = p.relative_band();
+  r.decode_tps_per_user = 1.0 / step;
+  r.decode_tps = b / step;
+  r.decode_low = r.decode_tps_per_user * (1 - band);
+  r.decode_high = r.decode_tps_per_user * (1 + band);
+  const double prefill = prefill_seconds(a, w, p, load.prompt, kv_per_token);
+  r.prefill_tps = load.prompt / prefill;
+  r.prefill_low = r.prefill_tps * (1 - band);
+  r.prefill_high = r.prefill_tps * (1 + band);
+  r.ttft_seconds = prefill;
+  r.step_bytes = w.step_weight_bytes(a, b) + kv_bytes;
+  r.bandwidth_share = r.step_bytes / (p.stream_gbs() * 1e9) / step;
+  r.memory = memory_fit(a, w, load, users, memory_available);
+  r.bottleneck = !r.memory.fits() ? "capacity" : r.bandwidth_share >= 0.5 ? "bandwidth" : "compute";
+  return r;
+}
+
+Forecast forecast(const Architecture& a, const WeightInventory& w, const std::string& quant, const Hardware& h, const Performance& p,
+                  const Workload& load, int devices) {
+  if (load.prompt < 1 || load.gen < 1) throw UsageError("--prompt and --gen must be at least 1");
+  if (load.prompt + load.gen > a.context) {
+    throw UsageError(fmt::format("{} prompt + {} generated tokens exceed {}'s context of {}", load.prompt, load.gen, a.name, a.context));
+  }
+  Forecast f;
+  f.model = a.display;
+  f.quant = quant;
+  f.hardware = devices > 1 ? fmt::format("{} x {}", devices, h.display) : h.display;
+  f.basis = p.basis();
+  f.devices = devices;
+  f.parameters = static_cast<double>(w.total_parameters());
+  f.active_parameters = static_cast<double>(w.active_matrix_parameters(a) + w.embedding_parameters);
+  f.weight_bytes = static_cast<double>(w.total_bytes());
+  f.bits_per_weight = w.bits_per_weight();
+  f.band = p.relative_band();
+  const double available = h.memory_bytes * devices;
+  for (int u : load.users) {
+    if (u < 1) throw UsageError("--users must be positive");
+    f.rows.push_back(forecast_row(a, w, p, load, u, available));
+  }
+  if (load.target_tps_per_user > 0) {
+    const auto meets = [&](int u) {
+      const ForecastRow r = forecast_row(a, w, p, load, u, available);
+      return r.memory.fits() && r.decode_tps_per_user >= load.target_tps_per_user;
+    };
+    if (meets(1)) {
+      // Per-user speed falls and memory grows with users: double, then bisect.
+      int lo = 1;
+      int hi = 2;
+      while (hi <= 65536 && meets(hi)) {
+        lo = hi;
+        hi *= 2;
+      }
+      while (hi - lo > 1) {
+        const int mid = lo + (hi - lo) / 2;
+        (meets(mid) ? lo : hi) = mid;
+      }
+      f.max_users_meeting_target = lo;
+    } else {
+      f.max_users_meeting_target = 0;
+    }
+  }
+  return f;
+}
+
+}  // namespace infercast

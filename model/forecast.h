@@ -1,0 +1,107 @@
+#pragma once
+// The roofline forecast: for a model, a quantization, a machine and a workload, decode and
+// prefill speed, time to first token, memory fit, the bottleneck, the largest concurrency that
+// meets a per-user target, and an uncertainty band.
+//
+// One decode step over B sequences takes
+//   sum over weight matrices of time(bytes, operations, batch)   (experts: those B tokens touch)
+//   + attention over each sequence's KV cache + the engine's fixed and per-token overheads,
+// where time() is measured on this machine (the calibration's curves) or, for a described
+// machine, the roofline max(bytes / bandwidth, operations / compute) at efficiencies learned
+// from measured machines.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/architecture.h"
+#include "model/calibration.h"
+#include "model/hardware.h"
+
+namespace infercast {
+
+struct Workload {
+  std::vector<int> users{1};
+  int prompt = 512;
+  int gen = 256;
+  double target_tps_per_user = 0;  // 0: no target
+  std::uint64_t kv_element_bytes = 2;  // F16 cache
+};
+
+// How fast a machine runs the parts of a forward step.
+class Performance {
+ public:
+  virtual ~Performance() = default;
+  // The weight products of one step over `batch` tokens (`output_batch` of them want logits).
+  [[nodiscard]] virtual double matrix_seconds(const Architecture& a, const WeightInventory& w, double batch, double output_batch) const = 0;
+  // Everything else in the step: attention over `kv_bytes` of cache, engine overheads.
+  [[nodiscard]] virtual double other_seconds(const Architecture& a, const StepWork& work, double kv_bytes, double batch) const = 0;
+  [[nodiscard]] virtual double stream_gbs() const = 0;
+  [[nodiscard]] virtual double relative_band() const = 0;
+  // Where the efficiencies come from, in words.
+  [[nodiscard]] virtual std::string basis() const = 0;
+};
+
+// This machine, from its calibration.
+std::unique_ptr<Performance> measured_performance(const Calibration& calibration);
+
+// A described machine (`devices` of them, tensor-parallel), with efficiencies learned from the
+// measured machines: `reference` is a calibrated machine (its hardware and calibration) whose
+// kernel efficiencies carry over to other CPUs; GPUs learn from the catalog's measured entries.
+struct Reference {
+  Hardware hardware;
+  Calibration calibration;
+  std::string origin;  // "this machine's profile" or "the reference calibration shipped with infercast"
+};
+std::unique_ptr<Performance> described_performance(const Hardware& h, const Reference& reference, int devices);
+
+struct MemoryFit {
+  double weights = 0;
+  double kv_cache = 0;
+  double activations = 0;
+  double needed = 0;
+  double available = 0;
+  [[nodiscard]] double headroom() const { return available - needed; }
+  [[nodiscard]] bool fits() const { return needed <= available; }
+};
+
+struct ForecastRow {
+  int users = 0;
+  double decode_tps_per_user = 0;
+  double decode_tps = 0;          // all users together
+  double decode_low = 0;          // per user, the band
+  double decode_high = 0;
+  double prefill_tps = 0;         // one prompt on an idle machine
+  double prefill_low = 0;
+  double prefill_high = 0;
+  double ttft_seconds = 0;
+  double step_bytes = 0;
+  double bandwidth_share = 0;     // time the bytes need at streaming bandwidth / step time
+  std::string bottleneck;         // "bandwidth", "compute" or "capacity"
+  MemoryFit memory;
+};
+
+struct Forecast {
+  std::string model;
+  std::string quant;
+  std::string hardware;
+  std::string basis;
+  int devices = 1;
+  double parameters = 0;
+  double active_parameters = 0;
+  double weight_bytes = 0;
+  double bits_per_weight = 0;
+  double band = 0;  // relative
+  std::vector<ForecastRow> rows;
+  std::optional<int> max_users_meeting_target;  // when a target was given
+};
+
+ForecastRow forecast_row(const Architecture& a, const WeightInventory& w, const Performance& p, const Workload& load,
+                         int users, double memory_available);
+Forecast forecast(const Architecture& a, const WeightInventory& w, const std::string& quant, const Hardware& h,
+                  const Performance& p, const Workload& load, int devices = 1);
+
+// Memory a configuration needs: weights, every user's KV cache at full length, activations.
+MemoryFit memory_fit(const Architecture& a, const WeightInventory& w, const Workload& load, int users, double available);
+
+}  // namespace infercast

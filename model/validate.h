@@ -1,0 +1,67 @@
+#pragma once
+// `infercast validate`: generate models of three sizes that fit this machine, in three formats,
+// run each at three concurrencies with the engine, and set the forecast beside the measurement.
+// Nothing validated here was fitted on: the calibration (see calibration_plan) uses another
+// model size, other formats and other concurrencies.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/generate.h"
+#include "model/calibration.h"
+
+namespace infercast {
+
+struct ValidationModel {
+  std::string name;
+  ModelShape shape;
+};
+// The three sizes `validate` runs by default.
+std::vector<ValidationModel> validation_models();
+
+struct ValidateOptions {
+  unsigned threads = 1;
+  std::string work_dir;               // generated models live here
+  bool keep_models = false;           // reuse and keep them (else removed after)
+  std::vector<ValidationModel> models = validation_models();
+  std::vector<std::string> quants{"Q8_0", "Q4_0", "Q4_K_M"};
+  std::vector<int> concurrencies{1, 2, 4};
+  int prompt = 128;
+  int gen = 32;
+  std::uint64_t seed = 11;
+};
+
+struct ValidationRow {
+  std::string model;
+  std::string quant;
+  int concurrency = 0;
+  double predicted_decode_tps = 0;  // aggregate
+  double measured_decode_tps = 0;
+  double decode_low = 0;
+  double decode_high = 0;
+  double predicted_prefill_tps = 0;
+  double measured_prefill_tps = 0;
+  double prefill_low = 0;
+  double prefill_high = 0;
+  [[nodiscard]] double decode_error() const { return (predicted_decode_tps - measured_decode_tps) / measured_decode_tps; }
+  [[nodiscard]] double prefill_error() const { return (predicted_prefill_tps - measured_prefill_tps) / measured_prefill_tps; }
+  [[nodiscard]] bool decode_in_band() const { return measured_decode_tps >= decode_low && measured_decode_tps <= decode_high; }
+  [[nodiscard]] bool prefill_in_band() const { return measured_prefill_tps >= prefill_low && measured_prefill_tps <= prefill_high; }
+};
+
+struct ValidationReport {
+  std::vector<ValidationRow> rows;
+  double worst_decode_error = 0;   // largest |relative error|
+  double worst_prefill_error = 0;
+};
+
+// Throws UsageError when a model, format or concurrency of the plan is one the calibration was
+// fitted on, or the options cannot run here.
+void check_held_out(const ValidateOptions& options, const Calibration& calibration);
+
+using ValidateProgress = std::function<void(const std::string& what, double fraction)>;
+ValidationReport validate_forecast(const ValidateOptions& options, const Calibration& calibration,
+                                   const ValidateProgress& progress = {});
+
+}  // namespace infercast

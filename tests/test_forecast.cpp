@@ -1,0 +1,361 @@
+// The forecast's inputs (catalogs, weight inventories), its arithmetic (calibration curves,
+// the overhead fit, the roofline), cost, and the validation loop on a tiny generated model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "engine/generate.h"
+#include "engine/model.h"
+#include "kernels/formats.h"
+#include "model/cost.h"
+#include "model/forecast.h"
+#include "model/validate.h"
+#include "probes/error.h"
+#include "tests/temp_path.h"
+
+namespace infercast {
+namespace {
+
+// A calibration with round numbers: every format streams at `gbs` at batch 1 and the time per
+// byte grows by `slope` of that per extra token.
+Calibration synthetic_calibration(double gbs = 20, double slope = 0.1) {
+  Calibration c;
+  c.threads = 2;
+  c.dram_read_gbs = gbs;
+  c.sweep_cv = 0.02;
+  for (GgmlType t : weight_formats()) {
+    for (double b : {1.0, 8.0, 256.0}) {
+      c.curves[t].push_back({b, (1 + slope * (b - 1)) / (gbs * 1e9), 0.0, b < 8 ? "avx512_vnni" : "amx_int8"});
+    }
+    c.core_gbs[t] = gbs;
+  }
+  c.engine = EngineOverheads{10e-6, 1e-9, 0.1e-9, 0.03};
+  c.runs.push_back({"calibration-0.94b", "F16", 3, 64, 12, 0.3, 0.1});
+  return c;
+}
+
+Hardware synthetic_cpu() {
+  Hardware h;
+  h.name = "test-cpu";
+  h.display = "test CPU";
+  h.memory_bytes = 64e9;
+  h.bandwidth_gbs = 20;
+  h.stream_gbs = 20;
+  h.peak_fp32_gflops = 200;
+  h.peak_bf16_gflops = 4000;
+  h.peak_int8_gops = 8000;
+  h.cores = 2;
+  h.base_ghz = 2;
+  return h;
+}
+
+double rel(double a, double b) { return std::abs(a - b) / std::abs(b); }
+
+TEST(Catalog, EveryModelMatchesItsPublishedParameterCount) {
+  const auto models = catalog_models();
+  EXPECT_GE(models.size(), 20U);
+  for (const auto& a : models) {
+    const WeightInventory w = weight_inventory(a, parse_quantization("F16"));
+    ASSERT_TRUE(a.published_parameters) << a.name;
+    EXPECT_LT(rel(static_cast<double>(w.total_parameters()), *a.published_parameters), 0.02) << a.name << " " << w.total_parameters();
+    if (a.published_active_parameters) {
+      const double active = static_cast<double>(w.active_matrix_parameters(a) + w.embedding_parameters);
+      EXPECT_LT(rel(active, *a.published_active_parameters), 0.03) << a.name << " active " << active;
+    }
+  }
+  for (const char* name : {"llama-2-70b", "llama-3.1-405b", "deepseek-v3", "qwen3-30b-a3b", "phi-3-mini", "qwen2.5-72b", "mixtral-8x22b"}) {
+    EXPECT_TRUE(find_catalog_model(name)) << name;
+  }
+  EXPECT_FALSE(find_catalog_model("gpt-5"));
+}
+
+TEST(Catalog, MlaCachesTheLatentNotPerHeadKeys) {
+  const auto v3 = *find_catalog_model("deepseek-v3");
+  EXPECT_EQ(kv_bytes_per_token(v3, 2), 61U * (512 + 64) * 2);
+  const auto l70 = *find_catalog_model("llama-3.1-70b");
+  EXPECT_EQ(kv_bytes_per_token(l70, 2), 80U * 2 * 8 * 128 * 2);
+}
+
+TEST(Catalog, BadModelDescriptionsAreUsageErrors) {
+  auto j = nlohmann::json::parse(R"({"layers": 2, "dim": 64, "ffn": 128, "heads": 4, "kv_heads": 3, "vocab": 10, "context": 8})");
+  EXPECT_THROW(architecture_from_json(j, "x"), UsageError);  // heads not a multiple of kv_heads
+  j["kv_heads"] = 2;
+  EXPECT_NO_THROW(architecture_from_json(j, "x"));
+  j.erase("dim");
+  EXPECT_THROW(architecture_from_json(j, "x"), UsageError);
+  EXPECT_THROW(architecture_from_json(nlohmann::json::array(), "x"), UsageError);
+}
+
+TEST(Quantization, SizesComeFromTheBlockLayouts) {
+  const auto a = *find_catalog_model("llama-3.1-8b");
+  const WeightInventory q8 = weight_inventory(a, parse_quantization("Q8_0"));
+  // Every matrix Q8_0 (34 bytes per 32 weights), norms F32.
+  EXPECT_EQ(q8.total_bytes(), (q8.total_parameters() - q8.vector_parameters) / 32 * 34 + q8.vector_bytes);
+  const WeightInventory km = weight_inventory(a, parse_quantization("Q4_K_M"));
+  EXPECT_GT(km.bits_per_weight(), 4.7);  // Q4_K is 4.5; the recipe keeps some tensors at Q6_K
+  EXPECT_LT(km.bits_per_weight(), 5.1);
+  bool output_q6 = false;
+  for (const auto& m : km.matrices) output_q6 |= m.name == "output.weight" && m.type == GgmlType::q6_k;
+  EXPECT_TRUE(output_q6);
+  // Qwen2.5-0.5B's 896-wide rows cannot take 256-element K-quant blocks: they fall back.
+  const WeightInventory qwen = weight_inventory(*find_catalog_model("qwen2.5-0.5b"), parse_quantization("Q4_K"));
+  int fell_back = 0;
+  for (const auto& m : qwen.matrices) {
+    if (m.cols % 256 != 0) {
+      EXPECT_NE(m.type, GgmlType::q4_k) << m.name;
+      ++fell_back;
+    }
+  }
+  EXPECT_GT(fell_back, 0);
+}
+
+TEST(Quantization, AGeneratedFileHasExactlyTheForecastInventory) {
+  GenerateOptions g;
+  g.shape.layers = 2;
+  g.shape.dim = 256;
+  g.shape.ffn = 512;
+  g.shape.heads = 4;
+  g.shape.kv_heads = 2;
+  g.shape.vocab = 300;
+  g.shape.experts = 4;
+  g.shape.active_experts = 2;
+  g.quant = "Q4_K_M";
+  const std::string path = temp_path("inventory.gguf");
+  generate_model(g, path);
+  const GgufFile f = GgufFile::open(path);
+  const Architecture a = architecture_from_gguf(f, "tiny");
+  const WeightInventory from_file = weight_inventory(f, a);
+  const WeightInventory from_shape = weight_inventory(a, parse_quantization("Q4_K_M"));
+  EXPECT_EQ(from_file.total_bytes(), from_shape.total_bytes());
+  EXPECT_EQ(from_file.total_parameters(), from_shape.total_parameters());
+  EXPECT_EQ(from_file.active_matrix_parameters(a), from_shape.active_matrix_parameters(a));
+  std::filesystem::remove(path);
+}
+
+TEST(Quantization, ABatchTouchesMoreExpertsAndReadsMoreBytes) {
+  EXPECT_DOUBLE_EQ(expected_experts_touched(8, 2, 1), 2);
+  EXPECT_NEAR(expected_experts_touched(8, 2, 2), 8 * (1 - 0.75 * 0.75), 1e-12);
+  EXPECT_NEAR(expected_experts_touched(256, 8, 1000), 256, 1e-6);
+  const auto a = *find_catalog_model("mixtral-8x7b");
+  const WeightInventory w = weight_inventory(a, parse_quantization("Q4_0"));
+  EXPECT_LT(w.step_weight_bytes(a, 1), 0.35 * static_cast<double>(w.total_bytes()));
+  EXPECT_GT(w.step_weight_bytes(a, 16), 0.95 * static_cast<double>(w.total_bytes()));
+}
+
+TEST(Hardware, CatalogParsesAndBadDescriptionsAreUsageErrors) {
+  const auto all = catalog_hardware();
+  EXPECT_GE(all.size(), 18U);
+  for (const auto& h : all) {
+    EXPECT_GT(h.bandwidth_gbs, 0) << h.name;
+    EXPECT_GT(h.peak_bf16_gflops, 0) << h.name;
+    if (h.kind == DeviceKind::gpu) {
+      EXPECT_TRUE(h.hourly_usd) << h.name;
+    }
+  }
+  const auto h100 = *find_catalog_hardware("H100-SXM");
+  EXPECT_EQ(h100.kind, DeviceKind::gpu);
+  EXPECT_DOUBLE_EQ(h100.bandwidth_gbs, 3350);
+  auto j = nlohmann::json::parse(R"({"kind": "cpu", "memory_gb": 64, "bandwidth_gbs": 50, "peak_tflops": {"bf16": 1}, "cores": 8, "base_ghz": 3})");
+  EXPECT_NO_THROW(hardware_from_json(j, "mine"));
+  j["kind"] = "tpu";
+  EXPECT_THROW(hardware_from_json(j, "mine"), UsageError);
+  j["kind"] = "cpu";
+  j.erase("cores");
+  EXPECT_THROW(hardware_from_json(j, "mine"), UsageError);
+  EXPECT_THROW(hardware_from_profile(nlohmann::json::object(), "p.json"), UsageError);
+}
+
+TEST(Cost, ReproducesThePublishedBenefitRatios) {
+  EXPECT_NEAR(benefit_ratio(46841, 819, 60000, 20000), 19.1, 0.05);
+  EXPECT_NEAR(benefit_ratio(45912, 257, 60000, 20000), 59.5, 0.05);
+  EXPECT_THROW(benefit_ratio(0, 1, 1, 1), UsageError);
+  CostInputs c;
+  c.hourly_usd = 3.6;
+  EXPECT_NEAR(cost_per_million_tokens(c, 1000), 1.0, 1e-12);
+  CostInputs owned;
+  owned.purchase_usd = 3 * 365.25 * 24;  // one dollar an hour over three years
+  owned.power_w = 1000;
+  owned.usd_per_kwh = 0.5;
+  EXPECT_NEAR(hourly_cost(owned), 1.5, 1e-12);
+  EXPECT_THROW(hourly_cost(CostInputs{}), UsageError);
+}
+
+TEST(Calibration, InterpolatesExtendsAndRoundTrips) {
+  Calibration c = synthetic_calibration(20, 0.1);
+  const double b1 = 1 / 20e9;
+  EXPECT_DOUBLE_EQ(c.seconds_per_byte(GgmlType::q4_0, 1), b1);
+  EXPECT_NEAR(c.seconds_per_byte(GgmlType::q4_0, 4), b1 * 1.3, 1e-20);
+  EXPECT_NEAR(c.seconds_per_byte(GgmlType::q4_0, 512), b1 * (1 + 0.1 * 511), 1e-18);
+  c.curves.erase(GgmlType::q5_k);
+  EXPECT_THROW((void)c.seconds_per_byte(GgmlType::q5_k, 1), UsageError);
+  const Calibration back = calibration_from_json(to_json(c));
+  EXPECT_DOUBLE_EQ(back.seconds_per_byte(GgmlType::q8_0, 100), c.seconds_per_byte(GgmlType::q8_0, 100));
+  ASSERT_TRUE(back.engine);
+  EXPECT_DOUBLE_EQ(back.engine->seconds_per_call, 10e-6);
+  EXPECT_EQ(back.runs.size(), 1U);
+  EXPECT_THROW(calibration_from_json(nlohmann::json::parse(R"({"schema": "infercast.calibration/1"})")), UsageError);
+  EXPECT_THROW(calibration_from_json(nlohmann::json::parse("[]")), UsageError);
+}
+
+TEST(Calibration, SplitsStreamingFromPerRowWork) {
+  const double bytes = 2048.0 * 8192;
+  const double per_byte = 1e-10;
+  const double per_row = 50e-9;
+  const CurvePoint p = split_point(1, bytes, bytes * per_byte + kLongRows[0] * per_row, bytes * per_byte + kShortRows[0] * per_row, "k");
+  EXPECT_NEAR(p.seconds_per_byte, per_byte, 1e-18);
+  EXPECT_NEAR(p.seconds_per_row, per_row, 1e-15);
+  // Short rows measured faster than long ones (noise): no negative per-row cost.
+  const CurvePoint q = split_point(1, bytes, 1.0, 0.9, "k");
+  EXPECT_EQ(q.seconds_per_row, 0);
+  EXPECT_NEAR(q.seconds_per_byte, 0.95 / bytes, 1e-18);
+}
+
+TEST(Calibration, OverheadFitRecoversKnownCoefficientsAndStaysNonNegative) {
+  std::vector<OverheadObservation> obs;
+  const EngineOverheads truth{20e-6, 3e-9, 0.2e-9, 0};
+  for (double calls : {100.0, 300.0}) {
+    for (double tokens : {1e5, 4e6}) {
+      for (double attn : {1e6, 5e8}) {
+        const StepWork w{calls, tokens, attn};
+        obs.push_back({0.01 + truth.seconds(w), 0.01, w});
+      }
+    }
+  }
+  const EngineOverheads fit = fit_overheads(obs);
+  EXPECT_NEAR(fit.seconds_per_call, truth.seconds_per_call, 1e-9);
+  EXPECT_NEAR(fit.seconds_per_token_layer_dim, truth.seconds_per_token_layer_dim, 1e-12);
+  EXPECT_NEAR(fit.seconds_per_attention_op, truth.seconds_per_attention_op, 1e-13);
+  EXPECT_LT(fit.residual, 1e-6);
+  // Measurements faster than the matrices alone: no negative overhead, a visible residual.
+  for (auto& o : obs) o.measured_seconds = 0.8 * o.matrix_seconds;
+  const EngineOverheads none = fit_overheads(obs);
+  EXPECT_GE(none.seconds_per_call, 0);
+  EXPECT_GE(none.seconds_per_token_layer_dim, 0);
+  EXPECT_GE(none.seconds_per_attention_op, 0);
+  EXPECT_NEAR(none.residual, 0.25, 1e-9);
+}
+
+TEST(Forecast, DecodeIsBytesOverMeasuredBandwidthPlusOverheads) {
+  const Calibration c = synthetic_calibration(20, 0.0);
+  const auto p = measured_performance(c);
+  const auto a = *find_catalog_model("tinyllama-1.1b");
+  const WeightInventory w = weight_inventory(a, parse_quantization("Q8_0"));
+  Workload load;
+  load.prompt = 100;
+  load.gen = 20;
+  const ForecastRow r = forecast_row(a, w, *p, load, 1, 64e9);
+  double matrix_bytes = 0;
+  for (const auto& m : w.matrices) matrix_bytes += static_cast<double>(m.bytes());
+  const double expected = matrix_bytes / 20e9 + c.engine->seconds(decode_work(a, w, 1, 110));
+  EXPECT_NEAR(1 / r.decode_tps_per_user, expected, 1e-9);
+  EXPECT_EQ(r.bottleneck, "bandwidth");
+  EXPECT_NEAR(r.decode_low, r.decode_tps_per_user * (1 - c.relative_band()), 1e-9);
+  EXPECT_TRUE(r.memory.fits());
+  EXPECT_GT(r.memory.kv_cache, 0);
+  // Too little memory: capacity is the bottleneck.
+  EXPECT_EQ(forecast_row(a, w, *p, load, 1, 1e9).bottleneck, "capacity");
+}
+
+TEST(Forecast, LargestConcurrencyMeetingATargetIsTheEdge) {
+  const Calibration c = synthetic_calibration(20, 0.3);
+  const auto p = measured_performance(c);
+  const auto a = *find_catalog_model("tinyllama-1.1b");
+  const WeightInventory w = weight_inventory(a, parse_quantization("Q4_0"));
+  Workload load;
+  load.users = {1, 2, 4};
+  load.prompt = 128;
+  load.gen = 64;
+  load.target_tps_per_user = 5;
+  const Forecast f = forecast(a, w, "Q4_0", synthetic_cpu(), *p, load);
+  ASSERT_TRUE(f.max_users_meeting_target);
+  const int n = *f.max_users_meeting_target;
+  ASSERT_GT(n, 0);
+  EXPECT_GE(forecast_row(a, w, *p, load, n, 64e9).decode_tps_per_user, 5);
+  EXPECT_LT(forecast_row(a, w, *p, load, n + 1, 64e9).decode_tps_per_user, 5);
+  EXPECT_GT(f.rows[2].decode_tps, f.rows[0].decode_tps);  // aggregate grows with users
+  load.prompt = 4000;
+  EXPECT_THROW(forecast(a, w, "Q4_0", synthetic_cpu(), *p, load), UsageError);  // beyond the context
+}
+
+TEST(Forecast, DescribedGpuDecodeIsItsStreamingBandwidthAndSplitsAcrossDevices) {
+  const Reference ref{synthetic_cpu(), synthetic_calibration(), "a test calibration"};
+  const auto h100 = *find_catalog_hardware("h100-sxm");
+  const auto a = *find_catalog_model("llama-3.1-8b");
+  const WeightInventory w = weight_inventory(a, parse_quantization("Q8_0"));
+  Workload load;
+  load.prompt = 128;
+  load.gen = 128;
+  const auto p = described_performance(h100, ref, 1);
+  EXPECT_DOUBLE_EQ(p->stream_gbs(), 3000);  // the catalog's measured figure
+  const ForecastRow r = forecast_row(a, w, *p, load, 1, h100.memory_bytes);
+  EXPECT_LT(rel(1 / r.decode_tps_per_user, w.step_weight_bytes(a, 1) / 3000e9), 0.05);
+  EXPECT_NE(p->basis().find("not measured"), std::string::npos);
+  // 70B in F16 (141 GB) does not fit one 80 GB card; two hold it and decode faster.
+  const auto big = *find_catalog_model("llama-3.1-70b");
+  const WeightInventory f16 = weight_inventory(big, parse_quantization("F16"));
+  EXPECT_FALSE(memory_fit(big, f16, load, 1, h100.memory_bytes).fits());
+  EXPECT_TRUE(memory_fit(big, f16, load, 1, 2 * h100.memory_bytes).fits());
+  const auto two = described_performance(h100, ref, 2);
+  EXPECT_GT(forecast_row(big, f16, *two, load, 1, 2 * h100.memory_bytes).decode_tps_per_user,
+            1.5 * forecast_row(big, f16, *p, load, 1, 2 * h100.memory_bytes).decode_tps_per_user);
+  // A described CPU with no measurement of its own learns the catalog's streaming fraction.
+  const auto epyc = *find_catalog_hardware("epyc-9965");
+  const auto cpu = described_performance(epyc, ref, 1);
+  EXPECT_LT(cpu->stream_gbs(), epyc.bandwidth_gbs);
+  EXPECT_GT(cpu->stream_gbs(), 0.5 * epyc.bandwidth_gbs);
+}
+
+TEST(Validate, RefusesToJudgeWhatWasFittedOn) {
+  const Calibration c = synthetic_calibration();
+  ValidateOptions o;
+  o.threads = 2;
+  EXPECT_NO_THROW(check_held_out(o, c));
+  o.quants = {"Q4_0", "f16"};
+  EXPECT_THROW(check_held_out(o, c), UsageError);
+  o.quants = {"Q4_0"};
+  o.concurrencies = {1, 3};
+  EXPECT_THROW(check_held_out(o, c), UsageError);
+  o.concurrencies = {1};
+  o.models = {{"calibration-0.94b", {}}};
+  EXPECT_THROW(check_held_out(o, c), UsageError);
+  o.models = validation_models();
+  o.threads = 1;
+  EXPECT_THROW(check_held_out(o, c), UsageError);  // calibrated at another thread count
+}
+
+TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
+  const Calibration c = synthetic_calibration(20, 0.05);
+  ValidateOptions o;
+  o.threads = 2;
+  o.work_dir = temp_path("validate");
+  ModelShape s;
+  s.layers = 2;
+  s.dim = 256;
+  s.ffn = 512;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.vocab = 300;
+  o.models = {{"tiny", s}};
+  o.quants = {"Q8_0", "Q4_0"};
+  o.concurrencies = {1, 2};
+  o.prompt = 8;
+  o.gen = 4;
+  const ValidationReport r = validate_forecast(o, c);
+  ASSERT_EQ(r.rows.size(), 4U);
+  double worst = 0;
+  for (const auto& row : r.rows) {
+    EXPECT_GT(row.measured_decode_tps, 0);
+    EXPECT_GT(row.predicted_decode_tps, 0);
+    EXPECT_GT(row.measured_prefill_tps, 0);
+    EXPECT_LE(row.decode_low, row.predicted_decode_tps);
+    worst = std::max(worst, std::abs(row.decode_error()));
+  }
+  EXPECT_DOUBLE_EQ(r.worst_decode_error, worst);
+  EXPECT_FALSE(std::filesystem::exists(o.work_dir + "/tiny-Q8_0-s11.gguf"));  // not kept
+  std::filesystem::remove_all(o.work_dir);
+}
+
+}  // namespace
+}  // namespace infercast
