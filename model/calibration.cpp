@@ -8,6 +8,7 @@
 #include <cmath>
 #include <ctime>
 #include <limits>
+#include <stdexcept>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -125,16 +126,27 @@ double Calibration::effective_seconds_per_byte(GgmlType type, double batch) cons
   return product_seconds(type, bytes, rows, batch) / bytes;
 }
 
-CurvePoint split_point(double batch, double bytes, double long_seconds, double short_seconds, const std::string& kernel) {
-  const double long_rows = static_cast<double>(kLongRows[0]);
-  const double short_rows = static_cast<double>(kShortRows[0]);
-  double per_row = (short_seconds - long_seconds) / (short_rows - long_rows);
-  double per_byte = (long_seconds - long_rows * per_row) / bytes;
-  if (per_row < 0 || per_byte <= 0) {
-    per_row = 0;
-    per_byte = 0.5 * (long_seconds + short_seconds) / bytes;
+double Calibration::seconds_per_call(GgmlType type, double batch) const {
+  return interpolate(curve(*this, type), batch, &CurvePoint::seconds_per_call);
+}
+
+CurvePoint split_point(double batch, ShapeTime long_rows, ShapeTime short_rows, ShapeTime small, const std::string& kernel) {
+  const auto rows_long = static_cast<double>(kLongRows[0]);
+  const auto rows_short = static_cast<double>(kShortRows[0]);
+  const auto rows_small = static_cast<double>(kSmall[0]);
+  CurvePoint p{batch, 0, 0, 0, kernel};
+  // Long and short rows hold the same bytes: their difference is the per-row work.
+  p.seconds_per_row = std::max(0.0, (short_rows.seconds - long_rows.seconds) / (rows_short - rows_long));
+  const double big = 0.5 * (long_rows.seconds + short_rows.seconds) - 0.5 * (rows_long + rows_short) * p.seconds_per_row;
+  const double little = small.seconds - rows_small * p.seconds_per_row;
+  // The big and the small matrix differ in bytes: the slope is streaming, the intercept the call.
+  p.seconds_per_byte = (big - little) / (long_rows.bytes - small.bytes);
+  p.seconds_per_call = little - small.bytes * p.seconds_per_byte;
+  if (p.seconds_per_byte <= 0 || p.seconds_per_call < 0) {
+    p.seconds_per_call = 0;
+    p.seconds_per_byte = big / long_rows.bytes;
   }
-  return {batch, per_byte, per_row, kernel};
+  return p;
 }
 
 double Calibration::relative_band() const {
@@ -211,7 +223,8 @@ nlohmann::json to_json(const Calibration& c) {
   for (const auto& [type, points] : c.curves) {
     nlohmann::json list = nlohmann::json::array();
     for (const auto& p : points) {
-      list.push_back({{"batch", p.batch}, {"seconds_per_byte", p.seconds_per_byte}, {"seconds_per_row", p.seconds_per_row}, {"kernel", p.kernel}});
+      list.push_back({{"batch", p.batch}, {"seconds_per_byte", p.seconds_per_byte}, {"seconds_per_row", p.seconds_per_row},
+                      {"seconds_per_call", p.seconds_per_call}, {"kernel", p.kernel}});
     }
     curves[std::string(format_info(type).name)] = list;
   }
@@ -246,12 +259,13 @@ Calibration calibration_from_json(const nlohmann::json& j) {
     for (const auto& [name, points] : j.at("curves").items()) {
       auto& list = c.curves[type_from_name(name)];
       for (const auto& p : points) {
-        list.push_back({p.at("batch").get<double>(), p.at("seconds_per_byte").get<double>(), p.value("seconds_per_row", 0.0), p.value("kernel", "")});
+        list.push_back({p.at("batch").get<double>(), p.at("seconds_per_byte").get<double>(), p.value("seconds_per_row", 0.0),
+                        p.value("seconds_per_call", 0.0), p.value("kernel", "")});
       }
       std::sort(list.begin(), list.end(), [](const CurvePoint& a, const CurvePoint& b) { return a.batch < b.batch; });
       if (list.empty()) throw UsageError(fmt::format("curve {} is empty", name));
       for (const auto& p : list) {
-        if (!(p.batch >= 1) || !(p.seconds_per_byte > 0) || p.seconds_per_row < 0) {
+        if (!(p.batch >= 1) || !(p.seconds_per_byte > 0) || p.seconds_per_row < 0 || p.seconds_per_call < 0) {
           throw UsageError(fmt::format("curve {} has a point with no positive batch or time", name));
         }
       }
@@ -299,7 +313,7 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
   sweep.formats.assign(weight_formats().begin(), weight_formats().end());
   sweep.levels = {active_level()};
   sweep.batches = {1, 3, 6, 8, 16, 64, 256};
-  sweep.shapes = {{kLongRows[0], kLongRows[1]}, {kShortRows[0], kShortRows[1]}};
+  sweep.shapes = {{kLongRows[0], kLongRows[1]}, {kShortRows[0], kShortRows[1]}, {kSmall[0], kSmall[1]}};
   sweep.threads = o.threads;
   sweep.min_time = o.min_time;
   Ceilings ceilings;
@@ -310,11 +324,13 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
   for (const auto& p : points) {
     cvs.push_back(p.cv);
     if (p.shape.rows != kLongRows[0]) continue;
-    for (const auto& q : points) {
-      if (q.type == p.type && q.batch == p.batch && q.shape.rows == kShortRows[0]) {
-        c.curves[p.type].push_back(split_point(static_cast<double>(p.batch), static_cast<double>(p.weight_bytes), p.seconds, q.seconds, p.kernel));
+    const auto at = [&](std::size_t rows) {
+      for (const auto& q : points) {
+        if (q.type == p.type && q.batch == p.batch && q.shape.rows == rows) return ShapeTime{static_cast<double>(q.weight_bytes), q.seconds};
       }
-    }
+      throw std::logic_error("sweep point missing");
+    };
+    c.curves[p.type].push_back(split_point(static_cast<double>(p.batch), at(kLongRows[0]), at(kShortRows[0]), at(kSmall[0]), p.kernel));
   }
   for (auto& [type, list] : c.curves) {
     std::sort(list.begin(), list.end(), [](const CurvePoint& a, const CurvePoint& b) { return a.batch < b.batch; });

@@ -23,12 +23,14 @@
 namespace infercast {
 
 // A product of a matrix with `rows` rows and `bytes` bytes at this batch takes
-// bytes * seconds_per_byte + rows * seconds_per_row: streaming plus the per-row work (the
-// reductions and stores of each output), which makes short rows slower per byte than long ones.
+// seconds_per_call + bytes * seconds_per_byte + rows * seconds_per_row: a fixed cost (waking the
+// threads, quantizing the activations, configuring tiles), streaming, and the per-row work (the
+// reductions and stores of each output, which make short rows slower per byte than long ones).
 struct CurvePoint {
   double batch = 0;
   double seconds_per_byte = 0;
   double seconds_per_row = 0;
+  double seconds_per_call = 0;
   std::string kernel;
 };
 
@@ -78,10 +80,11 @@ struct Calibration {
   // Throws UsageError for a format the calibration did not measure.
   [[nodiscard]] double seconds_per_byte(GgmlType type, double batch) const;
   [[nodiscard]] double seconds_per_row(GgmlType type, double batch) const;
+  [[nodiscard]] double seconds_per_call(GgmlType type, double batch) const;
   // Per byte of a square 4096 x 4096 matrix, per-row work included: the figure to quote.
   [[nodiscard]] double effective_seconds_per_byte(GgmlType type, double batch) const;
   [[nodiscard]] double product_seconds(GgmlType type, double bytes, double rows, double batch) const {
-    return bytes * seconds_per_byte(type, batch) + rows * seconds_per_row(type, batch);
+    return seconds_per_call(type, batch) + bytes * seconds_per_byte(type, batch) + rows * seconds_per_row(type, batch);
   }
   // Relative uncertainty of a forecast made from this calibration (about two standard errors).
   [[nodiscard]] double relative_band() const;
@@ -133,12 +136,18 @@ struct CalibrationPlan {
 };
 const CalibrationPlan& calibration_plan();
 
-// The two sweep shapes (rows x cols): the same bytes in long and in short rows.
+// The three sweep shapes (rows x cols): the same bytes in long and in short rows, and a small
+// matrix that shows the fixed cost of a call.
 inline constexpr std::size_t kLongRows[2] = {2048, 8192};
 inline constexpr std::size_t kShortRows[2] = {8192, 2048};
+inline constexpr std::size_t kSmall[2] = {512, 2048};
 
-// Splits the times of one format and batch on the two shapes into per-byte and per-row parts
-// (per-row clamped at zero when noise makes it negative).
-CurvePoint split_point(double batch, double bytes, double long_seconds, double short_seconds, const std::string& kernel);
+struct ShapeTime {
+  double bytes = 0;
+  double seconds = 0;
+};
+// Splits the times of one format and batch on the three shapes into per-call, per-byte and
+// per-row parts; a part that noise makes negative is dropped and the others refitted.
+CurvePoint split_point(double batch, ShapeTime long_rows, ShapeTime short_rows, ShapeTime small, const std::string& kernel);
 
 }  // namespace infercast

@@ -208,3 +208,61 @@ TEST(CliModel, BadInputExitsWithStatusTwo) {
   fs::remove(model);
   fs::remove(junk);
 }
+
+TEST(CliForecast, CostReproducesThePublishedRatios) {
+  const Result offline = run("cost --gpu-tps 46841 --cpu-tps 819 --gpu-cost 60000 --cpu-cost 20000 --json");
+  ASSERT_EQ(offline.status, 0) << offline.err;
+  EXPECT_NEAR(nlohmann::json::parse(offline.out)["benefit_ratio"].get<double>(), 19.1, 0.05);
+  const Result server = run("cost --gpu-tps 45912 --cpu-tps 257 --gpu-cost 60000 --cpu-cost 20000");
+  ASSERT_EQ(server.status, 0) << server.err;
+  EXPECT_NE(server.out.find("59.5"), std::string::npos) << server.out;
+  expect_usage_error("cost --gpu-tps 0 --cpu-tps 1 --gpu-cost 1 --cpu-cost 1", "positive");
+}
+
+TEST(CliForecast, ADescribedMachineNeedsNoProbe) {
+  // No profile at this path: the catalog machine learns from the reference calibration.
+  const std::string none = (fs::temp_directory_path() / "infercast-no-profile.json").string();
+  const Result r = run("predict --model llama-3.1-8b --quant Q4_K_M,Q8_0 --users 1,8 --prompt 256 --gen 64 --hardware xeon-8480plus "
+                       "--profile " + none + " --compare h100-sxm --target 10 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 2U);
+  for (const auto& f : j) {
+    EXPECT_NE(f["basis"].get<std::string>().find("not measured"), std::string::npos);
+    ASSERT_EQ(f["rows"].size(), 2U);
+    EXPECT_GT(f["rows"][1]["decode_tps"].get<double>(), f["rows"][0]["decode_tps"].get<double>());
+    EXPECT_TRUE(f["rows"][0]["memory"]["fits"].get<bool>());
+    EXPECT_TRUE(f.contains("max_users_meeting_target"));
+    ASSERT_EQ(f["comparisons"].size(), 1U);
+    EXPECT_TRUE(f["comparisons"][0]["rows"][0]["benefit_ratio"].is_number());
+  }
+  // Q8_0 weighs more than Q4_K_M and so decodes slower on a bandwidth-bound CPU.
+  EXPECT_GT(j[1]["weight_bytes"].get<double>(), j[0]["weight_bytes"].get<double>());
+  EXPECT_GT(j[0]["rows"][0]["decode_tps"].get<double>(), j[1]["rows"][0]["decode_tps"].get<double>());
+  // A user's own machine description works the same way.
+  const fs::path hw = fs::temp_directory_path() / ("infercast-cli-hw-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(hw) << R"({"name": "box", "kind": "cpu", "memory_gb": 16, "bandwidth_gbs": 50, "cores": 8, "base_ghz": 3,
+                           "peak_tflops": {"fp32": 1.5, "bf16": 3, "int8": 6}})";
+  const Result own = run("predict --model qwen2.5-7b --quant Q4_0 --hardware " + hw.string() + " --profile " + none + " --compare none");
+  EXPECT_EQ(own.status, 0) << own.err;
+  EXPECT_NE(own.out.find("Qwen2.5 7B"), std::string::npos) << own.out;
+  std::ofstream(hw) << "{\"kind\": \"cpu\"}";
+  expect_usage_error("predict --model qwen2.5-7b --hardware " + hw.string() + " --profile " + none, "memory_gb");
+  fs::remove(hw);
+}
+
+TEST(CliForecast, BadInputExitsWithStatusTwo) {
+  const std::string none = (fs::temp_directory_path() / "infercast-no-profile.json").string();
+  expect_usage_error("predict --model gpt-5 --hardware h100-sxm", "catalog model");
+  expect_usage_error("predict --model llama-2-7b --hardware tpu-v9", "catalog machine");
+  expect_usage_error("predict --model llama-2-7b --profile " + none, "infercast probe");
+  expect_usage_error("predict --model llama-2-7b --hardware h100-sxm --quant Q3_K", "Q3_K");
+  expect_usage_error("predict --model llama-2-7b --hardware h100-sxm --users 0", "--users");
+  expect_usage_error("predict --model llama-2-7b --hardware h100-sxm --prompt 5000", "context");
+  expect_usage_error("predict --model llama-2-7b --hardware h100-sxm --compare tpu", "--compare");
+  const fs::path junk = fs::temp_directory_path() / ("infercast-cli-junk-" + std::to_string(::getpid()) + ".json");
+  std::ofstream(junk) << "{ not json";
+  expect_usage_error("predict --model llama-2-7b --hardware " + junk.string(), "not valid JSON");
+  expect_usage_error("validate --profile " + junk.string(), "not valid JSON");
+  fs::remove(junk);
+}

@@ -27,7 +27,7 @@ Calibration synthetic_calibration(double gbs = 20, double slope = 0.1) {
   c.sweep_cv = 0.02;
   for (GgmlType t : weight_formats()) {
     for (double b : {1.0, 8.0, 256.0}) {
-      c.curves[t].push_back({b, (1 + slope * (b - 1)) / (gbs * 1e9), 0.0, b < 8 ? "avx512_vnni" : "amx_int8"});
+      c.curves[t].push_back({b, (1 + slope * (b - 1)) / (gbs * 1e9), 0.0, 0.0, b < 8 ? "avx512_vnni" : "amx_int8"});
     }
     c.core_gbs[t] = gbs;
   }
@@ -199,17 +199,23 @@ TEST(Calibration, InterpolatesExtendsAndRoundTrips) {
   EXPECT_THROW(calibration_from_json(nlohmann::json::parse("[]")), UsageError);
 }
 
-TEST(Calibration, SplitsStreamingFromPerRowWork) {
-  const double bytes = 2048.0 * 8192;
+TEST(Calibration, SplitsCallStreamingAndPerRowWork) {
+  const double big = 2048.0 * 8192;
+  const double small = 512.0 * 2048;
   const double per_byte = 1e-10;
   const double per_row = 50e-9;
-  const CurvePoint p = split_point(1, bytes, bytes * per_byte + kLongRows[0] * per_row, bytes * per_byte + kShortRows[0] * per_row, "k");
+  const double per_call = 20e-6;
+  const auto time = [&](double bytes, std::size_t rows) { return ShapeTime{bytes, per_call + bytes * per_byte + static_cast<double>(rows) * per_row}; };
+  const CurvePoint p = split_point(1, time(big, kLongRows[0]), time(big, kShortRows[0]), time(small, kSmall[0]), "k");
   EXPECT_NEAR(p.seconds_per_byte, per_byte, 1e-18);
   EXPECT_NEAR(p.seconds_per_row, per_row, 1e-15);
-  // Short rows measured faster than long ones (noise): no negative per-row cost.
-  const CurvePoint q = split_point(1, bytes, 1.0, 0.9, "k");
+  EXPECT_NEAR(p.seconds_per_call, per_call, 1e-12);
+  // Short rows measured faster than long ones, a small matrix slower than its share (noise):
+  // no negative part.
+  const CurvePoint q = split_point(1, {big, 1.0}, {big, 0.9}, {small, 0.0}, "k");
   EXPECT_EQ(q.seconds_per_row, 0);
-  EXPECT_NEAR(q.seconds_per_byte, 0.95 / bytes, 1e-18);
+  EXPECT_EQ(q.seconds_per_call, 0);
+  EXPECT_NEAR(q.seconds_per_byte, 0.95 / big, 1e-18);
 }
 
 TEST(Calibration, OverheadFitRecoversKnownCoefficientsAndStaysNonNegative) {
