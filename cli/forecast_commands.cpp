@@ -72,13 +72,17 @@ void print_calibration(const Calibration& c) {
                1e-9 / c.effective_seconds_per_byte(type, 8), 2 * params_per_byte * 256 / c.effective_seconds_per_byte(type, 256) / 1e9, core, pts.back().kernel);
   }
   if (c.engine) {
-    fmt::print("\n  engine overheads (fitted on the runs below, relative RMS {:.1f}%): {:.1f} us per parallel operation, "
-               "{:.3f} ns per token x layer x dimension, {:.3f} ns per attention operation\n",
+    fmt::print("\n  engine overheads (fitted to the time outside matrix products in the runs below, relative RMS {:.1f}%): "
+               "{:.1f} us per parallel operation, {:.3f} ns per token x layer x dimension, {:.3f} ns per attention operation\n"
+               "  the curves' matrix time against the engine's measured matrix time in those runs: {:.1f}% RMS\n",
                100 * c.engine->residual, 1e6 * c.engine->seconds_per_call, 1e9 * c.engine->seconds_per_token_layer_dim,
-               1e9 * c.engine->seconds_per_attention_op);
+               1e9 * c.engine->seconds_per_attention_op, 100 * c.matrix_residual);
     for (const auto& r : c.runs) {
-      fmt::print("    fitted on: {} {} C={} prompt {} gen {}: prefill {:.3f} s/sequence, decode {:.1f} ms/step\n", r.model, r.quant,
-                 r.concurrency, r.prompt, r.gen, r.prefill_seconds_per_sequence, 1e3 * r.decode_seconds_per_step);
+      fmt::print("    fitted on: {} {} C={} prompt {} gen {}: prefill {:.3f} s/sequence ({:.0f}% in matrices), decode {:.1f} ms/step "
+                 "({:.0f}% in matrices)\n",
+                 r.model, r.quant, r.concurrency, r.prompt, r.gen, r.prefill_seconds_per_sequence,
+                 100 * r.prefill_gemm_seconds_per_sequence / r.prefill_seconds_per_sequence, 1e3 * r.decode_seconds_per_step,
+                 100 * r.decode_gemm_seconds_per_step / r.decode_seconds_per_step);
     }
   }
 }

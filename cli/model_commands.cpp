@@ -81,6 +81,7 @@ nlohmann::json to_json(const RunReport& r) {
           {"decode_tps_per_seq", r.decode_tps_per_seq}, {"ttft_ms", r.ttft_ms},
           {"weight_bytes", r.weight_bytes},     {"decode_bytes_per_step", r.decode_bytes_per_step},
           {"decode_weight_gbs", r.decode_weight_gbs}, {"kv_cache_bytes", r.kv_cache_bytes},
+          {"prefill_gemm_seconds", r.prefill_gemm_seconds}, {"decode_gemm_seconds", r.decode_gemm_seconds},
           {"peak_rss_bytes", r.peak_rss_bytes}, {"tokens", r.tokens},
           {"text", r.text}};
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -72,7 +73,9 @@ std::uint8_t* Engine::kv_slot(int block, int layer, bool value, int slot) {
 }
 
 void Engine::gemm(const WeightView& w, const float* x, std::size_t batch, float* y) {
+  const auto start = std::chrono::steady_clock::now();
   ctx_.gemm(w, x, batch, y);
+  step_gemm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   step_weight_bytes_ += bytes_of(w);
 }
 
@@ -88,6 +91,7 @@ void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits)
   const std::size_t n = tokens.size();
   logits.clear();
   step_weight_bytes_ = 0;
+  step_gemm_seconds_ = 0;
   if (n == 0) return;
   const auto dim = static_cast<std::size_t>(cfg_.dim);
   const auto qd = static_cast<std::size_t>(cfg_.q_dim());

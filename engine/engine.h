@@ -53,6 +53,9 @@ class Engine {
   [[nodiscard]] std::uint64_t kv_cache_bytes() const { return kv_pool_bytes_; }
   // Weight bytes the last step read (MoE: only the experts its tokens were routed to).
   [[nodiscard]] std::uint64_t last_step_weight_bytes() const { return step_weight_bytes_; }
+  // Seconds the last step spent in weight-matrix products; the rest of a step is attention,
+  // norms, RoPE and the cache (what the forecast calls the engine's overheads).
+  [[nodiscard]] double last_step_gemm_seconds() const { return step_gemm_seconds_; }
   [[nodiscard]] GemmContext& context() { return ctx_; }
   [[nodiscard]] std::string_view kernel_name(GgmlType type, std::size_t batch) const;
 
@@ -82,6 +85,7 @@ class Engine {
   std::vector<int> free_blocks_;
   std::vector<Sequence> sequences_;
   std::uint64_t step_weight_bytes_ = 0;
+  double step_gemm_seconds_ = 0;
 
   // Activations of the current step, T rows each.
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, router_;

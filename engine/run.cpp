@@ -95,6 +95,7 @@ RunReport run_model(const Model& model, const RunOptions& o, const Tokenizer* to
       std::vector<StepToken> batch;
       for (std::size_t i = begin; i < end; ++i) batch.push_back({s, prompt[i], i + 1 == prompt.size()});
       engine.step(batch, logits);
+      r.prefill_gemm_seconds += engine.last_step_gemm_seconds();
     }
     next[static_cast<std::size_t>(c)] = argmax(logits.data(), cfg.vocab);
     if (c == 0) r.ttft_ms = 1e3 * seconds_since(seq_start);
@@ -114,6 +115,7 @@ RunReport run_model(const Model& model, const RunOptions& o, const Tokenizer* to
     for (int c = 0; c < o.concurrency; ++c) batch.push_back({seqs[static_cast<std::size_t>(c)], next[static_cast<std::size_t>(c)], true});
     engine.step(batch, logits);
     decode_bytes += engine.last_step_weight_bytes();
+    r.decode_gemm_seconds += engine.last_step_gemm_seconds();
     for (int c = 0; c < o.concurrency; ++c) {
       next[static_cast<std::size_t>(c)] = argmax(&logits[static_cast<std::size_t>(c) * static_cast<std::size_t>(cfg.vocab)], cfg.vocab);
       r.tokens[static_cast<std::size_t>(c)].push_back(next[static_cast<std::size_t>(c)]);

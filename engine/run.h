@@ -42,6 +42,8 @@ struct RunReport {
   std::uint64_t weight_bytes = 0;            // the whole file's tensors
   std::uint64_t decode_bytes_per_step = 0;   // weight bytes one decode step read (mean)
   double decode_weight_gbs = 0;
+  double prefill_gemm_seconds = 0;  // of prefill_seconds, in weight-matrix products
+  double decode_gemm_seconds = 0;   // of decode_seconds, likewise
   std::uint64_t kv_cache_bytes = 0;
   std::uint64_t peak_rss_bytes = 0;
   std::vector<std::vector<int>> tokens;      // generated, per sequence

@@ -6,8 +6,9 @@
 //    bandwidth-bound at batch 1, compute-bound as the batch grows;
 //  - per format, the rate one core decodes weights when they sit in cache (what compute alone
 //    allows; used to scale to machines with other core counts);
-//  - the engine's own overheads (per parallel operation, per token, attention), fitted once on
-//    runs of a calibration model whose size, formats and concurrencies `validate` never checks.
+//  - the engine's own overheads (per parallel operation, per token, attention), fitted once to
+//    the time the engine measures outside its matrix products on runs of a calibration model
+//    whose size, formats and concurrencies `validate` never checks.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -62,6 +63,8 @@ struct CalibrationRun {
   int gen = 0;
   double prefill_seconds_per_sequence = 0;
   double decode_seconds_per_step = 0;
+  double prefill_gemm_seconds_per_sequence = 0;  // of which in weight-matrix products
+  double decode_gemm_seconds_per_step = 0;
 };
 
 struct Calibration {
@@ -72,6 +75,9 @@ struct Calibration {
   std::map<GgmlType, std::vector<CurvePoint>> curves;
   std::map<GgmlType, double> core_gbs;
   std::optional<EngineOverheads> engine;
+  // Relative RMS of the curves' matrix time against the engine's measured matrix time over the
+  // calibration runs: how well the kernel sweep stands for the engine's products.
+  double matrix_residual = 0;
   std::vector<CalibrationRun> runs;
 
   [[nodiscard]] bool has(GgmlType type) const { return curves.contains(type); }
