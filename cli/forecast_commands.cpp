@@ -243,7 +243,7 @@ void print_forecast(const Forecast& f, const std::optional<double>& accuracy, do
              accuracy ? fmt::format(", output error {:.2e} (relative RMS against F32)", *accuracy) : "");
   fmt::print("  on {}\n  {}\n", f.hardware, f.basis);
   fmt::print("  {:>5} {:>11} {:>19} {:>11} {:>10} {:>9} {:>10} {:>10} {:>9} {:>10}\n", "users", "tok/s/user",
-             fmt::format("band (±{:.0f}%)", 100 * f.band),
+             "band",
              "aggregate", "prefill/s", "TTFT", "memory", "available", "fits", "bound");
   for (const auto& r : f.rows) {
     fmt::print("  {:>5} {:>11.2f} {:>19} {:>11.1f} {:>10.1f} {:>9} {:>10} {:>10} {:>9} {:>10}\n", r.users, r.decode_tps_per_user,
@@ -353,6 +353,7 @@ struct ValidateArgs {
   std::vector<int> concurrencies;
   int prompt = 128;
   int gen = 32;
+  int repeats = 3;
   bool json = false;
 };
 
@@ -364,6 +365,7 @@ void validate(const ValidateArgs& a) {
   if (!a.concurrencies.empty()) o.concurrencies = a.concurrencies;
   o.prompt = a.prompt;
   o.gen = a.gen;
+  o.repeats = a.repeats;
   o.keep_models = a.keep;
   o.work_dir = a.work_dir.empty() ? (std::filesystem::temp_directory_path() / "infercast-validate").string() : a.work_dir;
   if (!c) {
@@ -395,9 +397,9 @@ void validate(const ValidateArgs& a) {
     return;
   }
   print_calibration(*c);
-  fmt::print("\nheld out (never fitted on): models {}, formats {}, concurrencies {}, prompt {} gen {}\n\n",
+  fmt::print("\nheld out (never fitted on): models {}, formats {}, concurrencies {}, prompt {} gen {}; median of {} runs each\n\n",
              fmt::join([&] { std::vector<std::string> n; for (const auto& m : o.models) n.push_back(m.name); return n; }(), ", "),
-             fmt::join(o.quants, ", "), fmt::join(o.concurrencies, ", "), o.prompt, o.gen);
+             fmt::join(o.quants, ", "), fmt::join(o.concurrencies, ", "), o.prompt, o.gen, o.repeats);
   fmt::print("  {:<15} {:<7} {:>2} {:>10} {:>10} {:>7} {:>6} {:>11} {:>11} {:>7} {:>6}\n", "model", "format", "C", "decode fc", "measured",
              "error", "band", "prefill fc", "measured", "error", "band");
   for (const auto& v : r.rows) {
@@ -486,6 +488,7 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--concurrency", a->concurrencies, "Concurrencies (default 1,2,4)")->delimiter(',');
   cmd->add_option("--prompt", a->prompt, "Prompt tokens per sequence")->capture_default_str();
   cmd->add_option("--gen", a->gen, "Generated tokens per sequence")->capture_default_str();
+  cmd->add_option("--repeats", a->repeats, "Runs per row; the median is reported")->capture_default_str();
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a, &exit_status] {
     validate(*a);

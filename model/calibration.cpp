@@ -149,9 +149,13 @@ CurvePoint split_point(double batch, ShapeTime long_rows, ShapeTime short_rows, 
   return p;
 }
 
-double Calibration::relative_band() const {
+double Calibration::relative_band(double matrix_seconds, double other_seconds) const {
+  const double total = matrix_seconds + other_seconds;
+  if (!(total > 0)) return 0.05;
   const double fit = engine ? engine->residual : 0.0;
-  return std::max(0.05, 2.0 * std::sqrt(fit * fit + matrix_residual * matrix_residual + sweep_cv * sweep_cv));
+  const double m = matrix_seconds * matrix_residual / total;
+  const double o = other_seconds * fit / total;
+  return std::max(0.05, 2.0 * std::sqrt(m * m + o * o + sweep_cv * sweep_cv));
 }
 
 StepWork decode_work(const Architecture& a, const WeightInventory& w, double batch, double context) {
@@ -369,7 +373,7 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
   }();
   std::vector<OverheadObservation> observations;
   std::vector<double> matrix_errors;
-  const double runs = static_cast<double>(plan.quants.size() * plan.concurrencies.size());
+  const double runs = static_cast<double>(2 * plan.quants.size() * plan.concurrencies.size());
   double done = 0;
   for (const auto& quant : plan.quants) {
     const std::string path = (std::filesystem::path(o.work_dir) / fmt::format("{}-{}.gguf", plan.shape_name, quant)).string();
@@ -384,11 +388,13 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
       const Model model = Model::load(path);
       const Architecture arch = architecture_from_gguf(model.file(), plan.shape_name);
       const WeightInventory inv = weight_inventory(model.file(), arch);
-      for (std::size_t i = 0; i < plan.concurrencies.size(); ++i) {
-        report(fmt::format("running {} {} C={}", plan.shape_name, quant, plan.concurrencies[i]), 0.55 + 0.45 * done / runs);
+      // Each configuration twice: both runs enter the fit, so one noisy run weighs half.
+      for (std::size_t i = 0; i < 2 * plan.concurrencies.size(); ++i) {
+        report(fmt::format("running {} {} C={}", plan.shape_name, quant, plan.concurrencies[i % plan.concurrencies.size()]),
+               0.55 + 0.45 * done / runs);
         RunOptions r;
         r.threads = o.threads;
-        r.concurrency = plan.concurrencies[i];
+        r.concurrency = plan.concurrencies[i % plan.concurrencies.size()];
         r.prompt_tokens = plan.prompts[i % plan.prompts.size()];
         r.gen_tokens = plan.gen;
         const RunReport rep = run_model(model, r, nullptr);

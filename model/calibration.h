@@ -92,8 +92,10 @@ struct Calibration {
   [[nodiscard]] double product_seconds(GgmlType type, double bytes, double rows, double batch) const {
     return seconds_per_call(type, batch) + bytes * seconds_per_byte(type, batch) + rows * seconds_per_row(type, batch);
   }
-  // Relative uncertainty of a forecast made from this calibration (about two standard errors).
-  [[nodiscard]] double relative_band() const;
+  // Relative uncertainty of a forecast made from this calibration (about two standard errors)
+  // for a step of `matrix_seconds` in products and `other_seconds` in the rest: each part
+  // carries the error its model showed on the calibration runs, plus the sweep's noise.
+  [[nodiscard]] double relative_band(double matrix_seconds, double other_seconds) const;
 };
 
 nlohmann::json to_json(const Calibration& c);

@@ -30,7 +30,7 @@ class MeasuredPerformance final : public Performance {
   }
   double other_seconds(const Architecture&, const StepWork& work, double, double) const override { return c_.engine->seconds(work); }
   double stream_gbs() const override { return c_.dram_read_gbs; }
-  double relative_band() const override { return c_.relative_band(); }
+  double relative_band(double matrix, double other) const override { return c_.relative_band(matrix, other); }
   std::string basis() const override {
     return fmt::format("measured on this machine ({} threads, calibrated {})", c_.threads, c_.measured_at);
   }
@@ -134,9 +134,9 @@ class DescribedPerformance final : public Performance {
   }
 
   double stream_gbs() const override { return stream_; }
-  double relative_band() const override {
+  double relative_band(double matrix, double other) const override {
     // Learned efficiencies carry the spread of the machines they were learned from.
-    return std::max(0.25, ref_.calibration.relative_band());
+    return std::max(0.25, ref_.calibration.relative_band(matrix, other));
   }
   std::string basis() const override {
     return fmt::format("described machine, not measured: bandwidth {}; compute {}", stream_note_, compute_note_);
@@ -205,14 +205,20 @@ class DescribedPerformance final : public Performance {
   std::string compute_note_;
 };
 
-double prefill_seconds(const Architecture& a, const WeightInventory& w, const Performance& p, double tokens, std::uint64_t kv_per_token) {
-  double s = 0;
+struct PrefillTime {
+  double matrix = 0;
+  double other = 0;
+};
+
+PrefillTime prefill_seconds(const Architecture& a, const WeightInventory& w, const Performance& p, double tokens, std::uint64_t kv_per_token) {
+  PrefillTime t;
   for (double begin = 0; begin < tokens; begin += kPrefillChunk) {
     const double n = std::min(kPrefillChunk, tokens - begin);
-    s += p.matrix_seconds(a, w, n, begin + n >= tokens ? 1.0 : 0.0);
+    t.matrix += p.matrix_seconds(a, w, n, begin + n >= tokens ? 1.0 : 0.0);
   }
   const double kv = static_cast<double>(kv_per_token) * tokens * (tokens + 1) / 2;
-  return s + p.other_seconds(a, prefill_work(a, w, tokens), kv, tokens);
+  t.other = p.other_seconds(a, prefill_work(a, w, tokens), kv, tokens);
+  return t;
 }
 
 }  // namespace
@@ -249,16 +255,21 @@ ForecastRow forecast_row(const Architecture& a, const WeightInventory& w, const 
   const double context = load.prompt + load.gen / 2.0;
   const auto kv_per_token = kv_bytes_per_token(a, load.kv_element_bytes);
   const double kv_bytes = b * context * static_cast<double>(kv_per_token);
-  const double step = p.matrix_seconds(a, w, b, b) + p.other_seconds(a, decode_work(a, w, b, context), kv_bytes, b);
-  const double band = p.relative_band();
+  const double matrix = p.matrix_seconds(a, w, b, b);
+  const double other = p.other_seconds(a, decode_work(a, w, b, context), kv_bytes, b);
+  const double step = matrix + other;
+  const double band = p.relative_band(matrix, other);
+  r.band = band;
   r.decode_tps_per_user = 1.0 / step;
   r.decode_tps = b / step;
   r.decode_low = r.decode_tps_per_user * (1 - band);
   r.decode_high = r.decode_tps_per_user * (1 + band);
-  const double prefill = prefill_seconds(a, w, p, load.prompt, kv_per_token);
+  const PrefillTime prefill_time = prefill_seconds(a, w, p, load.prompt, kv_per_token);
+  const double prefill = prefill_time.matrix + prefill_time.other;
+  const double prefill_band = p.relative_band(prefill_time.matrix, prefill_time.other);
   r.prefill_tps = load.prompt / prefill;
-  r.prefill_low = r.prefill_tps * (1 - band);
-  r.prefill_high = r.prefill_tps * (1 + band);
+  r.prefill_low = r.prefill_tps * (1 - prefill_band);
+  r.prefill_high = r.prefill_tps * (1 + prefill_band);
   r.ttft_seconds = prefill;
   r.step_bytes = w.step_weight_bytes(a, b) + kv_bytes;
   r.bandwidth_share = r.step_bytes / (p.stream_gbs() * 1e9) / step;
@@ -283,12 +294,12 @@ Forecast forecast(const Architecture& a, const WeightInventory& w, const std::st
   f.active_parameters = static_cast<double>(w.active_matrix_parameters(a) + w.embedding_parameters);
   f.weight_bytes = static_cast<double>(w.total_bytes());
   f.bits_per_weight = w.bits_per_weight();
-  f.band = p.relative_band();
   const double available = h.memory_bytes * devices;
   for (int u : load.users) {
     if (u < 1) throw UsageError("--users must be positive");
     f.rows.push_back(forecast_row(a, w, p, load, u, available));
   }
+  f.band = f.rows.empty() ? 0 : f.rows.front().band;
   if (load.target_tps_per_user > 0) {
     const auto meets = [&](int u) {
       const ForecastRow r = forecast_row(a, w, p, load, u, available);

@@ -37,7 +37,8 @@ class Performance {
   // Everything else in the step: attention over `kv_bytes` of cache, engine overheads.
   [[nodiscard]] virtual double other_seconds(const Architecture& a, const StepWork& work, double kv_bytes, double batch) const = 0;
   [[nodiscard]] virtual double stream_gbs() const = 0;
-  [[nodiscard]] virtual double relative_band() const = 0;
+  // The band of a step that spends `matrix_seconds` in products and `other_seconds` elsewhere.
+  [[nodiscard]] virtual double relative_band(double matrix_seconds, double other_seconds) const = 0;
   // Where the efficiencies come from, in words.
   [[nodiscard]] virtual std::string basis() const = 0;
 };
@@ -69,6 +70,7 @@ struct ForecastRow {
   int users = 0;
   double decode_tps_per_user = 0;
   double decode_tps = 0;          // all users together
+  double band = 0;                // relative uncertainty of the decode figures
   double decode_low = 0;          // per user, the band
   double decode_high = 0;
   double prefill_tps = 0;         // one prompt on an idle machine
@@ -91,7 +93,7 @@ struct Forecast {
   double active_parameters = 0;
   double weight_bytes = 0;
   double bits_per_weight = 0;
-  double band = 0;  // relative
+  double band = 0;  // relative, of the first row's decode
   std::vector<ForecastRow> rows;
   std::optional<int> max_users_meeting_target;  // when a target was given
 };

@@ -28,6 +28,12 @@ ModelShape llama_shape(int layers, int dim, int ffn, int heads, int kv_heads) {
   return s;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 }  // namespace
 
 std::vector<ValidationModel> validation_models() {
@@ -57,6 +63,7 @@ void check_held_out(const ValidateOptions& o, const Calibration& c) {
     if (conc < 1 || conc > 64) throw UsageError("--concurrency values must be between 1 and 64");
   }
   if (o.prompt < 1 || o.gen < 2) throw UsageError("validate needs --prompt of at least 1 and --gen of at least 2");
+  if (o.repeats < 1 || o.repeats > 15) throw UsageError("--repeats must be between 1 and 15");
   if (o.threads != c.threads) {
     throw UsageError(fmt::format("the calibration was measured at {} threads; validate at {} would judge a forecast it cannot make", c.threads, o.threads));
   }
@@ -91,7 +98,13 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
           r.concurrency = conc;
           r.prompt_tokens = o.prompt;
           r.gen_tokens = o.gen;
-          const RunReport measured = run_model(model, r, nullptr);
+          std::vector<double> decode;
+          std::vector<double> prefill;
+          for (int rep = 0; rep < o.repeats; ++rep) {
+            const RunReport measured = run_model(model, r, nullptr);
+            decode.push_back(measured.decode_tps);
+            prefill.push_back(measured.prefill_tps);
+          }
           Workload load;
           load.prompt = o.prompt;
           load.gen = o.gen;
@@ -101,11 +114,11 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
           row.quant = quant;
           row.concurrency = conc;
           row.predicted_decode_tps = f.decode_tps;
-          row.measured_decode_tps = measured.decode_tps;
+          row.measured_decode_tps = median(decode);
           row.decode_low = f.decode_low * conc;
           row.decode_high = f.decode_high * conc;
           row.predicted_prefill_tps = f.prefill_tps;
-          row.measured_prefill_tps = measured.prefill_tps;
+          row.measured_prefill_tps = median(prefill);
           row.prefill_low = f.prefill_low;
           row.prefill_high = f.prefill_high;
           report.worst_decode_error = std::max(report.worst_decode_error, std::abs(row.decode_error()));

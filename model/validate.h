@@ -29,6 +29,7 @@ struct ValidateOptions {
   std::vector<int> concurrencies{1, 2, 4};
   int prompt = 128;
   int gen = 32;
+  int repeats = 3;  // runs per row, the median reported: the machine is shared and noisy
   std::uint64_t seed = 11;
 };
 

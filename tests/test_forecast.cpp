@@ -31,7 +31,8 @@ Calibration synthetic_calibration(double gbs = 20, double slope = 0.1) {
     }
     c.core_gbs[t] = gbs;
   }
-  c.engine = EngineOverheads{10e-6, 1e-9, 0.1e-9, 0.03};
+  c.engine = EngineOverheads{10e-6, 1e-9, 0.1e-9, 0.3};
+  c.matrix_residual = 0.08;
   c.runs.push_back({"calibration-0.94b", "F16", 3, 64, 12, 0.3, 0.1});
   return c;
 }
@@ -257,7 +258,13 @@ TEST(Forecast, DecodeIsBytesOverMeasuredBandwidthPlusOverheads) {
   const double expected = matrix_bytes / 20e9 + c.engine->seconds(decode_work(a, w, 1, 110));
   EXPECT_NEAR(1 / r.decode_tps_per_user, expected, 1e-9);
   EXPECT_EQ(r.bottleneck, "bandwidth");
-  EXPECT_NEAR(r.decode_low, r.decode_tps_per_user * (1 - c.relative_band()), 1e-9);
+  EXPECT_NEAR(r.decode_low, r.decode_tps_per_user * (1 - r.band), 1e-9);
+  // The band weighs each part's calibration error by its share of the step.
+  const double matrix = matrix_bytes / 20e9;
+  const double other = expected - matrix;
+  const double m = matrix * c.matrix_residual / expected;
+  const double o = other * c.engine->residual / expected;
+  EXPECT_NEAR(r.band, std::max(0.05, 2 * std::sqrt(m * m + o * o + c.sweep_cv * c.sweep_cv)), 1e-12);
   EXPECT_TRUE(r.memory.fits());
   EXPECT_GT(r.memory.kv_cache, 0);
   // Too little memory: capacity is the bottleneck.
@@ -348,6 +355,7 @@ TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
   o.concurrencies = {1, 2};
   o.prompt = 8;
   o.gen = 4;
+  o.repeats = 2;
   const ValidationReport r = validate_forecast(o, c);
   ASSERT_EQ(r.rows.size(), 4U);
   double worst = 0;
