@@ -331,7 +331,7 @@ void predict(const PredictArgs& a) {
       }
       if (!a.json) {
         if (!cost_per_mtok(own_cost, 1)) fmt::print("  (no price for {}: give --price-usd or --hourly-usd for cost figures)\n", f.hardware);
-        if (crossover) fmt::print("  {} is cheaper per token from {} users\n", g.hardware, *crossover);
+        if (crossover) fmt::print("  {} is cheaper per token from {} user{} on\n", g.hardware, *crossover, *crossover == 1 ? "" : "s");
       }
       comparisons.push_back({{"hardware", g.hardware}, {"devices", gd}, {"basis", g.basis}, {"rows", rows},
                              {"other_cheaper_from_users", crossover ? nlohmann::json(*crossover) : nlohmann::json()}});

@@ -83,13 +83,14 @@ class DescribedPerformance final : public Performance {
   DescribedPerformance(const Hardware& h, const Reference& ref, int devices) : h_(h), ref_(ref), devices_(devices) {
     const double fraction = h.stream_gbs ? *h.stream_gbs / h.bandwidth_gbs : learned_stream_fraction(h.kind);
     stream_ = h.bandwidth_gbs * fraction * devices;
-    stream_note_ = h.stream_gbs ? "its measured streaming bandwidth"
-                                : fmt::format("{:.0f}% of datasheet bandwidth, the median the catalog's measured {}s reach", 100 * fraction,
+    stream_note_ = h.stream_gbs ? fmt::format("{:.0f} GB/s measured streaming", *h.stream_gbs)
+                                : fmt::format("{:.0f}% of datasheet, the median the catalog's measured {}s reach", 100 * fraction,
                                               to_string(h.kind));
     if (h.kind == DeviceKind::gpu) {
       const double g = h.gemm_bf16_gflops ? *h.gemm_bf16_gflops / h.peak_bf16_gflops : learned_gemm_fraction();
       gpu_compute_ = h.peak_bf16_gflops * 1e9 * g * devices;
-      compute_note_ = fmt::format("{:.0f}% of BF16 peak{}", 100 * g, h.gemm_bf16_gflops ? " (its measured GEMM)" : " (median of the catalog's measured GPUs)");
+      compute_note_ = fmt::format("{:.0f}% of BF16 peak{}; kernel launch and synchronization latency not modelled, so small batches are an upper bound",
+                                  100 * g, h.gemm_bf16_gflops ? " (its measured GEMM)" : " (median of the catalog's measured GPUs)");
     } else {
       compute_note_ = fmt::format("kernel efficiencies of {}", ref.origin);
     }
