@@ -160,36 +160,10 @@ ModelInput resolve_model(const std::string& name) {
   return {arch, std::move(f)};
 }
 
-// Relative RMS error of the model's outputs under its quantization: each matrix type's GEMV
-// error (measured by the kernels' accuracy check), weighted by the parameters it holds.
-double accuracy_loss(const WeightInventory& w) {
-  std::map<GgmlType, double> params;
-  for (const auto& m : w.matrices) params[m.type] += static_cast<double>(m.parameters());
-  std::vector<GgmlType> types;
-  for (const auto& [t, p] : params) types.push_back(t);
-  double sum = 0;
-  double total = 0;
-  for (const auto& q : measure_quality(types)) {
-    if (q.weights != "gaussian") continue;
-    sum += params[q.type] * q.output_rel_rms * q.output_rel_rms;
-    total += params[q.type];
-  }
-  return total > 0 ? std::sqrt(sum / total) : 0;
-}
-
 std::unique_ptr<Performance> performance_for(const Machine& m, const std::optional<Reference>& ref, int devices) {
   if (m.calibration) return measured_performance(*m.calibration);
   if (!ref) throw UsageError("no calibration to learn efficiencies from: run `infercast calibrate` or use a build with the reference profile");
   return described_performance(m.hardware, *ref, devices);
-}
-
-int devices_to_hold(const Architecture& a, const WeightInventory& w, const Hardware& h, const Workload& load) {
-  if (h.kind == DeviceKind::cpu) return 1;
-  const int users = *std::max_element(load.users.begin(), load.users.end());
-  for (int d : {1, 2, 4, 8}) {
-    if (memory_fit(a, w, load, users, h.memory_bytes * d).fits()) return d;
-  }
-  return 8;
 }
 
 CostInputs cost_inputs(const Hardware& h, const PredictArgs& a, int devices, bool primary) {
@@ -209,12 +183,23 @@ CostInputs cost_inputs(const Hardware& h, const PredictArgs& a, int devices, boo
   return c;
 }
 
-std::optional<double> cost_per_mtok(const CostInputs& c, double tps) {
-  if (!c.hourly_usd && !c.purchase_usd) return std::nullopt;
-  return cost_per_million_tokens(c, tps);
-}
-
 std::string money(const std::optional<double>& v) { return v ? fmt::format("${:.3g}", *v) : "n/a"; }
+
+void print_comparison(const Forecast& mine, const Forecast& other, const CostComparison& c) {
+  fmt::print("  against {} ({}):\n  {:>5} {:>13} {:>13} {:>13} {:>13} {:>9}\n", other.hardware, other.basis, "users", "this tok/s",
+             "other tok/s", "this $/Mtok", "other $/Mtok", "benefit");
+  for (const auto& r : c.rows) {
+    fmt::print("  {:>5} {:>13.1f} {:>13.1f} {:>13} {:>13} {:>9}\n", r.users, r.this_tps, r.other_tps, money(r.this_usd_per_mtok),
+               money(r.other_usd_per_mtok), r.benefit_ratio ? fmt::format("{:.2f}", *r.benefit_ratio) : "n/a");
+  }
+  if (!c.rows.empty() && !c.rows.front().this_usd_per_mtok) {
+    fmt::print("  (no price for {}: give --price-usd or --hourly-usd for cost figures)\n", mine.hardware);
+  }
+  if (c.other_cheaper_from_users) {
+    const int n = *c.other_cheaper_from_users;
+    fmt::print("  {} is cheaper per token from {} user{} on\n", other.hardware, n, n == 1 ? "" : "s");
+  }
+}
 
 nlohmann::json to_json(const Forecast& f, const std::optional<double>& accuracy) {
   nlohmann::json rows = nlohmann::json::array();
@@ -287,10 +272,10 @@ void predict(const PredictArgs& a) {
 
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [quant, inv] : variants) {
-    const int devices = a.devices > 0 ? a.devices : devices_to_hold(input.arch, inv, machine.hardware, load);
+    const int devices = a.devices > 0 ? a.devices : fewest_devices_holding(input.arch, inv, machine.hardware, load);
     const auto perf = performance_for(machine, reference, devices);
     const Forecast f = forecast(input.arch, inv, quant, machine.hardware, *perf, load, devices);
-    const double accuracy = accuracy_loss(inv);
+    const double accuracy = output_error(inv);
     nlohmann::json j = to_json(f, accuracy);
     if (!a.json) print_forecast(f, accuracy, a.target);
     const CostInputs own_cost = cost_inputs(machine.hardware, a, devices, true);
@@ -299,42 +284,20 @@ void predict(const PredictArgs& a) {
       const auto gpu = find_catalog_hardware(name);
       if (!gpu) throw UsageError(fmt::format("--compare '{}' is not a catalog machine ({})", name, catalog_hardware_names()));
       if (!reference) throw UsageError("no calibration to learn efficiencies from for the comparison");
-      const int gd = devices_to_hold(input.arch, inv, *gpu, load);
+      const int gd = fewest_devices_holding(input.arch, inv, *gpu, load);
       const auto gperf = described_performance(*gpu, *reference, gd);
       const Forecast g = forecast(input.arch, inv, quant, *gpu, *gperf, load, gd);
-      const CostInputs gcost = cost_inputs(*gpu, a, gd, false);
+      const CostComparison cc = compare_costs(f, own_cost, g, cost_inputs(*gpu, a, gd, false));
+      const auto maybe = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
       nlohmann::json rows = nlohmann::json::array();
-      if (!a.json) {
-        fmt::print("  against {} ({}):\n  {:>5} {:>13} {:>13} {:>13} {:>13} {:>9}\n", g.hardware, g.basis, "users", "this tok/s", "other tok/s",
-                   "this $/Mtok", "other $/Mtok", "benefit");
-      }
-      std::optional<int> crossover;
-      for (std::size_t i = 0; i < f.rows.size(); ++i) {
-        const auto& mine = f.rows[i];
-        const auto& theirs = g.rows[i];
-        const auto my_cost = cost_per_mtok(own_cost, mine.decode_tps);
-        const auto their_cost = cost_per_mtok(gcost, theirs.decode_tps);
-        std::optional<double> benefit;
-        if (my_cost && their_cost) {
-          benefit = benefit_ratio(theirs.decode_tps, mine.decode_tps, hourly_cost(gcost), hourly_cost(own_cost));
-          if (!crossover && *their_cost < *my_cost) crossover = mine.users;
-        }
-        rows.push_back({{"users", mine.users}, {"this_decode_tps", mine.decode_tps}, {"other_decode_tps", theirs.decode_tps},
-                        {"this_usd_per_mtok", my_cost ? nlohmann::json(*my_cost) : nlohmann::json()},
-                        {"other_usd_per_mtok", their_cost ? nlohmann::json(*their_cost) : nlohmann::json()},
-                        {"benefit_ratio", benefit ? nlohmann::json(*benefit) : nlohmann::json()},
-                        {"other_fits", theirs.memory.fits()}});
-        if (!a.json) {
-          fmt::print("  {:>5} {:>13.1f} {:>13.1f} {:>13} {:>13} {:>9}\n", mine.users, mine.decode_tps, theirs.decode_tps, money(my_cost),
-                     money(their_cost), benefit ? fmt::format("{:.2f}", *benefit) : "n/a");
-        }
-      }
-      if (!a.json) {
-        if (!cost_per_mtok(own_cost, 1)) fmt::print("  (no price for {}: give --price-usd or --hourly-usd for cost figures)\n", f.hardware);
-        if (crossover) fmt::print("  {} is cheaper per token from {} user{} on\n", g.hardware, *crossover, *crossover == 1 ? "" : "s");
+      for (const auto& r : cc.rows) {
+        rows.push_back({{"users", r.users}, {"this_decode_tps", r.this_tps}, {"other_decode_tps", r.other_tps},
+                        {"this_usd_per_mtok", maybe(r.this_usd_per_mtok)}, {"other_usd_per_mtok", maybe(r.other_usd_per_mtok)},
+                        {"benefit_ratio", maybe(r.benefit_ratio)}, {"other_fits", r.other_fits}});
       }
       comparisons.push_back({{"hardware", g.hardware}, {"devices", gd}, {"basis", g.basis}, {"rows", rows},
-                             {"other_cheaper_from_users", crossover ? nlohmann::json(*crossover) : nlohmann::json()}});
+                             {"other_cheaper_from_users", cc.other_cheaper_from_users ? nlohmann::json(*cc.other_cheaper_from_users) : nlohmann::json()}});
+      if (!a.json) print_comparison(f, g, cc);
     }
     j["comparisons"] = comparisons;
     out.push_back(j);

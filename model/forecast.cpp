@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "kernels/formats.h"
+#include "kernels/measure.h"
 #include "probes/error.h"
 
 namespace infercast {
@@ -74,7 +76,8 @@ double overlap_exponent(double t_memory, double t_compute, double t_measured) {
 // The peak a kernel of the reference ran against: AMX tiles, VNNI, or FP32 FMA.
 double reference_peak(const Hardware& ref, const std::string& kernel) {
   if (kernel.find("amx_bf16") != std::string::npos) return ref.peak_bf16_gflops;
-  if (kernel.find("amx") != std::string::npos || kernel.find("vnni") != std::string::npos) return ref.peak_int8_gops;
+  if (kernel.find("amx") != std::string::npos) return ref.peak_int8_gops;
+  if (kernel.find("vnni") != std::string::npos) return ref.peak_vector_int8_gops;
   return ref.peak_fp32_gflops;
 }
 
@@ -188,11 +191,15 @@ class DescribedPerformance final : public Performance {
     const double ref_ops = 2.0 * params_per_byte * point->batch / c.effective_seconds_per_byte(type, point->batch);
     const double ref_peak = reference_peak(ref_.hardware, point->kernel) * 1e9;
     const double fraction = ref_peak > 0 ? std::min(1.0, ref_ops / ref_peak) : 0.05;
+    // The same kernel class on the described machine (a CPU without AMX runs the tile kernels'
+    // batches on its vector units: its best INT8 peak is the vector one).
     double peak = h_.peak_fp32_gflops;
     if (point->kernel.find("amx_bf16") != std::string::npos) {
       peak = h_.peak_bf16_gflops;
-    } else if (point->kernel.find("amx") != std::string::npos || point->kernel.find("vnni") != std::string::npos) {
+    } else if (point->kernel.find("amx") != std::string::npos) {
       peak = h_.peak_int8_gops;
+    } else if (point->kernel.find("vnni") != std::string::npos) {
+      peak = h_.peak_vector_int8_gops;
     }
     return peak * 1e9 * fraction * devices_;
   }
@@ -324,6 +331,49 @@ Forecast forecast(const Architecture& a, const WeightInventory& w, const std::st
     }
   }
   return f;
+}
+
+int fewest_devices_holding(const Architecture& a, const WeightInventory& w, const Hardware& h, const Workload& load) {
+  if (h.kind == DeviceKind::cpu || load.users.empty()) return 1;
+  const int users = *std::max_element(load.users.begin(), load.users.end());
+  for (int d : {1, 2, 4, 8}) {
+    if (memory_fit(a, w, load, users, h.memory_bytes * d).fits()) return d;
+  }
+  return 8;
+}
+
+double output_error(const WeightInventory& w) {
+  std::map<GgmlType, double> params;
+  for (const auto& m : w.matrices) params[m.type] += static_cast<double>(m.parameters());
+  std::vector<GgmlType> types;
+  for (const auto& [t, p] : params) types.push_back(t);
+  double sum = 0;
+  double total = 0;
+  for (const auto& q : measure_quality(types)) {
+    if (q.weights != "gaussian") continue;
+    sum += params[q.type] * q.output_rel_rms * q.output_rel_rms;
+    total += params[q.type];
+  }
+  return total > 0 ? std::sqrt(sum / total) : 0;
+}
+
+CostComparison compare_costs(const Forecast& mine, const CostInputs& my_cost, const Forecast& other, const CostInputs& other_cost) {
+  const bool my_price = my_cost.hourly_usd || my_cost.purchase_usd;
+  const bool other_price = other_cost.hourly_usd || other_cost.purchase_usd;
+  CostComparison c;
+  for (std::size_t i = 0; i < mine.rows.size() && i < other.rows.size(); ++i) {
+    const ForecastRow& a = mine.rows[i];
+    const ForecastRow& b = other.rows[i];
+    CostComparisonRow row{a.users, a.decode_tps, b.decode_tps, std::nullopt, std::nullopt, std::nullopt, b.memory.fits()};
+    if (my_price) row.this_usd_per_mtok = cost_per_million_tokens(my_cost, a.decode_tps);
+    if (other_price) row.other_usd_per_mtok = cost_per_million_tokens(other_cost, b.decode_tps);
+    if (my_price && other_price) {
+      row.benefit_ratio = benefit_ratio(b.decode_tps, a.decode_tps, hourly_cost(other_cost), hourly_cost(my_cost));
+      if (!c.other_cheaper_from_users && *row.other_usd_per_mtok < *row.this_usd_per_mtok) c.other_cheaper_from_users = a.users;
+    }
+    c.rows.push_back(row);
+  }
+  return c;
 }
 
 }  // namespace infercast

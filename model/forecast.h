@@ -16,6 +16,7 @@
 
 #include "model/architecture.h"
 #include "model/calibration.h"
+#include "model/cost.h"
 #include "model/hardware.h"
 
 namespace infercast {
@@ -105,5 +106,31 @@ Forecast forecast(const Architecture& a, const WeightInventory& w, const std::st
 
 // Memory a configuration needs: weights, every user's KV cache at full length, activations.
 MemoryFit memory_fit(const Architecture& a, const WeightInventory& w, const Workload& load, int users, double available);
+
+// The fewest devices (1, 2, 4 or 8) whose memory holds the model for the largest user count of
+// the workload; a CPU is one machine.
+int fewest_devices_holding(const Architecture& a, const WeightInventory& w, const Hardware& h, const Workload& load);
+
+// Relative RMS error of the model's outputs under its quantization: each matrix type's GEMV
+// error as the kernels' accuracy check measures it, weighted by the parameters it holds.
+double output_error(const WeightInventory& w);
+
+// One machine against another on the same workload: cost per million tokens of each, the
+// cost-benefit ratio of the other over this one, and the user count from which the other is
+// cheaper per token. Costs are absent where a machine has no price.
+struct CostComparisonRow {
+  int users = 0;
+  double this_tps = 0;
+  double other_tps = 0;
+  std::optional<double> this_usd_per_mtok;
+  std::optional<double> other_usd_per_mtok;
+  std::optional<double> benefit_ratio;
+  bool other_fits = true;
+};
+struct CostComparison {
+  std::vector<CostComparisonRow> rows;
+  std::optional<int> other_cheaper_from_users;
+};
+CostComparison compare_costs(const Forecast& mine, const CostInputs& my_cost, const Forecast& other, const CostInputs& other_cost);
 
 }  // namespace infercast

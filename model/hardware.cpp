@@ -50,21 +50,23 @@ Hardware hardware_from_json(const nlohmann::json& j, const std::string& origin) 
   if (kind != "cpu" && kind != "gpu") throw UsageError(fmt::format("{}: 'kind' must be \"cpu\" or \"gpu\"", origin));
   h.kind = kind == "gpu" ? DeviceKind::gpu : DeviceKind::cpu;
   h.memory_bytes = positive(j, "memory_gb", origin) * 1e9;
+  if (j.contains("isa") && j.at("isa").is_object()) {
+    h.avx512 = j.at("isa").value("avx512", false);
+    h.amx = j.at("isa").value("amx", false);
+  }
   h.bandwidth_gbs = positive(j, "bandwidth_gbs", origin);
   if (!j.contains("peak_tflops") || !j.at("peak_tflops").is_object()) throw UsageError(fmt::format("{}: 'peak_tflops' is missing", origin));
   const auto& peak = j.at("peak_tflops");
   h.peak_bf16_gflops = 1e3 * number_or(peak, "bf16", number_or(peak, "fp16", 0));
   h.peak_fp32_gflops = 1e3 * number_or(peak, "fp32", h.peak_bf16_gflops / 2);
   h.peak_int8_gops = 1e3 * number_or(peak, "int8", h.peak_bf16_gflops);
+  // VNNI: four INT8 multiply-adds where FP32 does one, unless the file says otherwise.
+  h.peak_vector_int8_gops = 1e3 * number_or(peak, "vector_int8", h.amx ? 4 * h.peak_fp32_gflops / 1e3 : h.peak_int8_gops / 1e3);
   if (!(h.peak_bf16_gflops > 0)) throw UsageError(fmt::format("{}: 'peak_tflops' needs a positive bf16 (or fp16) figure", origin));
   h.cores = static_cast<int>(number_or(j, "cores", 0));
   h.base_ghz = number_or(j, "base_ghz", 0);
   if (h.kind == DeviceKind::cpu && (h.cores <= 0 || !(h.base_ghz > 0))) {
     throw UsageError(fmt::format("{}: a CPU needs positive 'cores' and 'base_ghz'", origin));
-  }
-  if (j.contains("isa") && j.at("isa").is_object()) {
-    h.avx512 = j.at("isa").value("avx512", false);
-    h.amx = j.at("isa").value("amx", false);
   }
   h.power_w = number_or(j, "power_w", 0);
   h.interconnect_gbs = number_or(j, "interconnect_gbs", 0);
@@ -97,6 +99,7 @@ Hardware hardware_from_profile(const nlohmann::json& profile, const std::string&
   h.peak_fp32_gflops = number_or(s, "peak_fp32_gflops", 0);
   h.peak_bf16_gflops = number_or(s, "peak_amx_bf16_gflops", number_or(s, "peak_bf16_gflops", h.peak_fp32_gflops));
   h.peak_int8_gops = number_or(s, "peak_amx_int8_gops", number_or(s, "peak_int8_vnni_gops", h.peak_fp32_gflops));
+  h.peak_vector_int8_gops = number_or(s, "peak_int8_vnni_gops", h.peak_int8_gops);
   h.base_ghz = number_or(s, "core_ghz", 0);
   std::string brand = "this machine";
   if (profile.contains("cpu") && profile.at("cpu").is_object()) {

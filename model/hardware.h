@@ -25,7 +25,8 @@ struct Hardware {
   std::optional<double> gemm_bf16_gflops;   // measured dense BF16 GEMM, where known
   double peak_fp32_gflops = 0;
   double peak_bf16_gflops = 0;      // also FP16
-  double peak_int8_gops = 0;
+  double peak_int8_gops = 0;          // the best INT8 path (AMX tiles where there are any)
+  double peak_vector_int8_gops = 0;   // INT8 dot products on vector registers (VNNI)
   int cores = 0;
   double base_ghz = 0;
   bool avx512 = false;
