@@ -122,7 +122,7 @@ TEST(CliKernels, BadInputExitsWithStatusTwo) {
   const fs::path broken = write_profile("kernels-broken", "{\"summary\": ");
   const fs::path empty = write_profile("kernels-empty", "{}");
   const std::string p = " --profile " + good.string();
-  expect_usage_error("kernels --profile /nonexistent/profile.json", "no profile");
+  expect_usage_error("kernels --profile /nonexistent/profile.json", "infercast probe");
   expect_usage_error("kernels --profile " + broken.string(), "not valid JSON");
   expect_usage_error("kernels --profile " + empty.string(), "summary");
   expect_usage_error("kernels" + p + " --formats Q3_K", "Q3_K");
