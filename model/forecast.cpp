@@ -9,18 +9,13 @@
 #include "kernels/formats.h"
 #include "kernels/measure.h"
 #include "probes/error.h"
+#include "probes/stats.h"
 
 namespace infercast {
 namespace {
 
 constexpr double kPrefillChunk = 512;
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 class MeasuredPerformance final : public Performance {
  public:
@@ -47,7 +42,7 @@ double learned_stream_fraction(DeviceKind kind) {
   for (const auto& h : catalog_hardware()) {
     if (h.kind == kind && h.stream_gbs) f.push_back(*h.stream_gbs / h.bandwidth_gbs);
   }
-  return f.empty() ? 1.0 : median(f);
+  return f.empty() ? 1.0 : median_of(f);
 }
 
 double learned_gemm_fraction() {
@@ -55,7 +50,7 @@ double learned_gemm_fraction() {
   for (const auto& h : catalog_hardware()) {
     if (h.kind == DeviceKind::gpu && h.gemm_bf16_gflops) f.push_back(*h.gemm_bf16_gflops / h.peak_bf16_gflops);
   }
-  return f.empty() ? 1.0 : median(f);
+  return f.empty() ? 1.0 : median_of(f);
 }
 
 // The exponent p with (m^p + c^p)^(1/p) = t: how far memory and compute time overlap in a

@@ -10,6 +10,7 @@
 #include "engine/run.h"
 #include "model/forecast.h"
 #include "probes/error.h"
+#include "probes/stats.h"
 #include "probes/topology.h"
 #include "probes/units.h"
 
@@ -28,11 +29,6 @@ ModelShape llama_shape(int layers, int dim, int ffn, int heads, int kv_heads) {
   return s;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 }  // namespace
 
@@ -114,11 +110,11 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
           row.quant = quant;
           row.concurrency = conc;
           row.predicted_decode_tps = f.decode_tps;
-          row.measured_decode_tps = median(decode);
+          row.measured_decode_tps = median_of(decode);
           row.decode_low = f.decode_low * conc;
           row.decode_high = f.decode_high * conc;
           row.predicted_prefill_tps = f.prefill_tps;
-          row.measured_prefill_tps = median(prefill);
+          row.measured_prefill_tps = median_of(prefill);
           row.prefill_low = f.prefill_low;
           row.prefill_high = f.prefill_high;
           report.worst_decode_error = std::max(report.worst_decode_error, std::abs(row.decode_error()));
