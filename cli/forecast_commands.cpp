@@ -317,6 +317,7 @@ struct ValidateArgs {
   int prompt = 128;
   int gen = 32;
   int repeats = 3;
+  bool no_refresh = false;
   bool json = false;
 };
 
@@ -329,6 +330,7 @@ void validate(const ValidateArgs& a) {
   o.prompt = a.prompt;
   o.gen = a.gen;
   o.repeats = a.repeats;
+  o.refresh_kernels = !a.no_refresh;
   o.keep_models = a.keep;
   o.work_dir = a.work_dir.empty() ? (std::filesystem::temp_directory_path() / "infercast-validate").string() : a.work_dir;
   if (!c) {
@@ -360,9 +362,10 @@ void validate(const ValidateArgs& a) {
     return;
   }
   print_calibration(*c);
-  fmt::print("\nheld out (never fitted on): models {}, formats {}, concurrencies {}, prompt {} gen {}; median of {} runs each\n\n",
+  fmt::print("\nheld out (never fitted on): models {}, formats {}, concurrencies {}, prompt {} gen {}; median of {} runs each{}\n\n",
              fmt::join([&] { std::vector<std::string> n; for (const auto& m : o.models) n.push_back(m.name); return n; }(), ", "),
-             fmt::join(o.quants, ", "), fmt::join(o.concurrencies, ", "), o.prompt, o.gen, o.repeats);
+             fmt::join(o.quants, ", "), fmt::join(o.concurrencies, ", "), o.prompt, o.gen, o.repeats,
+             o.refresh_kernels ? "; kernel curves of each model's formats measured again just before its runs" : "");
   fmt::print("  {:<15} {:<7} {:>2} {:>10} {:>10} {:>7} {:>6} {:>11} {:>11} {:>7} {:>6}\n", "model", "format", "C", "decode fc", "measured",
              "error", "band", "prefill fc", "measured", "error", "band");
   for (const auto& v : r.rows) {
@@ -452,6 +455,7 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--prompt", a->prompt, "Prompt tokens per sequence")->capture_default_str();
   cmd->add_option("--gen", a->gen, "Generated tokens per sequence")->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Runs per row; the median is reported")->capture_default_str();
+  cmd->add_flag("--no-refresh", a->no_refresh, "Do not measure each model's kernel curves again just before its runs");
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a, &exit_status] {
     validate(*a);

@@ -18,6 +18,7 @@
 #include "kernels/formats.h"
 #include "kernels/measure.h"
 #include "probes/error.h"
+#include "probes/stats.h"
 
 namespace infercast {
 namespace {
@@ -147,6 +148,39 @@ CurvePoint split_point(double batch, ShapeTime long_rows, ShapeTime short_rows, 
     p.seconds_per_byte = big / long_rows.bytes;
   }
   return p;
+}
+
+void measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double min_time, const CalibrationProgress& progress) {
+  KernelSweepOptions sweep;
+  sweep.formats = formats;
+  sweep.levels = {active_level()};
+  sweep.batches = {1, 3, 6, 8, 16, 64, 256};
+  sweep.shapes = {{kLongRows[0], kLongRows[1]}, {kShortRows[0], kShortRows[1]}, {kSmall[0], kSmall[1]}};
+  sweep.threads = c.threads;
+  sweep.min_time = min_time;
+  Ceilings ceilings;
+  ceilings.dram_read_gbs = c.dram_read_gbs;
+  const auto points = run_kernel_sweep(sweep, ceilings, [&](const std::string& what, double f) {
+    if (progress) progress(what, f);
+  });
+  for (GgmlType t : formats) c.curves[t].clear();
+  std::vector<double> cvs;
+  for (const auto& p : points) {
+    cvs.push_back(p.cv);
+    if (p.shape.rows != kLongRows[0]) continue;
+    const auto at = [&](std::size_t rows) {
+      for (const auto& q : points) {
+        if (q.type == p.type && q.batch == p.batch && q.shape.rows == rows) return ShapeTime{static_cast<double>(q.weight_bytes), q.seconds};
+      }
+      throw std::logic_error("sweep point missing");
+    };
+    c.curves[p.type].push_back(split_point(static_cast<double>(p.batch), at(kLongRows[0]), at(kShortRows[0]), at(kSmall[0]), p.kernel));
+  }
+  for (GgmlType t : formats) {
+    auto& list = c.curves[t];
+    std::sort(list.begin(), list.end(), [](const CurvePoint& a, const CurvePoint& b) { return a.batch < b.batch; });
+  }
+  c.sweep_cv = median_of(cvs);
 }
 
 double Calibration::relative_band(double matrix_seconds, double other_seconds) const {
@@ -316,37 +350,17 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
   c.threads = o.threads;
   c.dram_read_gbs = dram_read_gbs;
 
-  // 1. The kernel sweep: every weight format, one realistic shape, weights from DRAM.
+  // 1. The kernel sweep: every weight format, weights from DRAM.
+  const double sweep_share = o.engine ? 0.45 : 0.9;
+  measure_curves(c, {weight_formats().begin(), weight_formats().end()}, o.min_time,
+                 [&](const std::string& what, double f) { report("kernels " + what, sweep_share * f); });
+  Ceilings ceilings;
+  ceilings.dram_read_gbs = dram_read_gbs;
   KernelSweepOptions sweep;
   sweep.formats.assign(weight_formats().begin(), weight_formats().end());
   sweep.levels = {active_level()};
-  sweep.batches = {1, 3, 6, 8, 16, 64, 256};
-  sweep.shapes = {{kLongRows[0], kLongRows[1]}, {kShortRows[0], kShortRows[1]}, {kSmall[0], kSmall[1]}};
   sweep.threads = o.threads;
   sweep.min_time = o.min_time;
-  Ceilings ceilings;
-  ceilings.dram_read_gbs = dram_read_gbs;
-  const double sweep_share = o.engine ? 0.45 : 0.9;
-  const auto points = run_kernel_sweep(sweep, ceilings, [&](const std::string& what, double f) { report("kernels " + what, sweep_share * f); });
-  std::vector<double> cvs;
-  for (const auto& p : points) {
-    cvs.push_back(p.cv);
-    if (p.shape.rows != kLongRows[0]) continue;
-    const auto at = [&](std::size_t rows) {
-      for (const auto& q : points) {
-        if (q.type == p.type && q.batch == p.batch && q.shape.rows == rows) return ShapeTime{static_cast<double>(q.weight_bytes), q.seconds};
-      }
-      throw std::logic_error("sweep point missing");
-    };
-    c.curves[p.type].push_back(split_point(static_cast<double>(p.batch), at(kLongRows[0]), at(kShortRows[0]), at(kSmall[0]), p.kernel));
-  }
-  for (auto& [type, list] : c.curves) {
-    std::sort(list.begin(), list.end(), [](const CurvePoint& a, const CurvePoint& b) { return a.batch < b.batch; });
-  }
-  if (!cvs.empty()) {
-    std::nth_element(cvs.begin(), cvs.begin() + static_cast<std::ptrdiff_t>(cvs.size() / 2), cvs.end());
-    c.sweep_cv = cvs[cvs.size() / 2];
-  }
 
   // 2. One core, weights in cache: the decode rate compute alone allows.
   KernelSweepOptions core = sweep;

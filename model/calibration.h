@@ -121,6 +121,8 @@ struct OverheadObservation {
 };
 EngineOverheads fit_overheads(const std::vector<OverheadObservation>& observations);
 
+using CalibrationProgress = std::function<void(const std::string& what, double fraction)>;
+
 struct CalibrationOptions {
   unsigned threads = 1;
   std::string work_dir;           // where the calibration models are written (and removed)
@@ -128,7 +130,10 @@ struct CalibrationOptions {
   double min_time = 0.25;         // per sweep point
   std::uint64_t seed = 7;
 };
-using CalibrationProgress = std::function<void(const std::string& what, double fraction)>;
+// Measures (or measures again) the curves of `formats` at the calibration's thread count,
+// replacing theirs. `validate` refreshes the formats of each model just before running it, so
+// the drift of a shared machine between calibration and validation stays out of the error.
+void measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double min_time, const CalibrationProgress& progress = {});
 
 // Runs the sweep and the calibration models. `dram_read_gbs` comes from the probe profile.
 Calibration calibrate(const CalibrationOptions& options, double dram_read_gbs, const CalibrationProgress& progress = {});

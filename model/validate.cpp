@@ -67,7 +67,6 @@ void check_held_out(const ValidateOptions& o, const Calibration& c) {
 
 ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& c, const ValidateProgress& progress) {
   check_held_out(o, c);
-  const auto perf = measured_performance(c);
   std::filesystem::create_directories(o.work_dir);
   ValidationReport report;
   const double total = static_cast<double>(o.models.size() * o.quants.size() * o.concurrencies.size());
@@ -87,6 +86,16 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
         const Model model = Model::load(path);
         const Architecture arch = architecture_from_gguf(model.file(), vm.name);
         const WeightInventory inv = weight_inventory(model.file(), arch);
+        Calibration local = c;
+        if (o.refresh_kernels) {
+          std::vector<GgmlType> types;
+          for (const auto& m : inv.matrices) {
+            if (std::find(types.begin(), types.end(), m.type) == types.end()) types.push_back(m.type);
+          }
+          if (progress) progress(fmt::format("kernel curves for {} {}", vm.name, quant), static_cast<double>(report.rows.size()) / total);
+          measure_curves(local, types, o.refresh_min_time);
+        }
+        const auto perf = measured_performance(local);
         for (int conc : o.concurrencies) {
           if (progress) progress(fmt::format("running {} {} C={}", vm.name, quant, conc), static_cast<double>(report.rows.size()) / total);
           RunOptions r;

@@ -30,6 +30,10 @@ struct ValidateOptions {
   int prompt = 128;
   int gen = 32;
   int repeats = 3;  // runs per row, the median reported: the machine is shared and noisy
+  // Measure the kernel curves of a model's formats again just before its runs (the engine
+  // overheads stay as fitted): a shared machine drifts between calibration and validation.
+  bool refresh_kernels = true;
+  double refresh_min_time = 0.25;
   std::uint64_t seed = 11;
 };
 
