@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -86,15 +85,6 @@ void print_quality(const std::vector<QualityRow>& rows) {
   }
 }
 
-std::string utc_now() {
-  const auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 void run(const KernelsArgs& args) {
   nlohmann::json profile = read_profile(args.profile);
   const Ceilings ceilings = ceilings_from_profile(profile);
@@ -142,7 +132,7 @@ void run(const KernelsArgs& args) {
   for (const auto& q : quality) quality_json.push_back(to_json(q));
   if (!args.no_update) {
     profile["kernels"] = {{"schema", "infercast.kernels/1"},
-                          {"measured_at", utc_now()},
+                          {"measured_at", utc_timestamp()},
                           {"threads", o.threads},
                           {"records", records},
                           {"quality", quality_json}};

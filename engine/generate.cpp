@@ -29,6 +29,14 @@ ModelShape shape(std::string arch, int layers, int dim, int ffn, int heads, int 
                     .qkv_bias = bias};
 }
 
+}  // namespace
+
+ModelShape llama_shape(int layers, int dim, int ffn, int heads, int kv_heads, int vocab, int context) {
+  return ModelShape{.layers = layers, .dim = dim, .ffn = ffn, .heads = heads, .kv_heads = kv_heads, .vocab = vocab, .context = context};
+}
+
+namespace {
+
 // Shapes as the public model configurations give them.
 const std::vector<ModelPreset>& presets() {
   static const std::vector<ModelPreset> kPresets = {

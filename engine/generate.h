@@ -33,6 +33,9 @@ struct ModelPreset {
   ModelShape shape;
 };
 
+// A llama-architecture shape with the defaults of ModelShape for everything else.
+ModelShape llama_shape(int layers, int dim, int ffn, int heads, int kv_heads, int vocab, int context = 4096);
+
 std::span<const ModelPreset> model_presets();
 const ModelPreset* find_preset(std::string_view name);  // case-insensitive
 std::string preset_names();

@@ -4,9 +4,7 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cmath>
-#include <ctime>
 #include <limits>
 #include <stdexcept>
 #include <filesystem>
@@ -19,21 +17,13 @@
 #include "kernels/measure.h"
 #include "probes/error.h"
 #include "probes/stats.h"
+#include "probes/units.h"
 
 namespace infercast {
 namespace {
 
 // Prefill runs the prompt in steps of at most this many tokens, as `infercast run` does.
 constexpr double kPrefillChunk = 512;
-
-std::string utc_now() {
-  const auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 double matrix_calls(const Architecture& a, const WeightInventory& w, double batch) {
   const double touched = a.is_moe() ? expected_experts_touched(a.moe.experts, a.moe.active, batch) : 0;
@@ -346,7 +336,7 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
     if (progress) progress(what, f);
   };
   Calibration c;
-  c.measured_at = utc_now();
+  c.measured_at = utc_timestamp();
   c.threads = o.threads;
   c.dram_read_gbs = dram_read_gbs;
 
@@ -354,16 +344,14 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
   const double sweep_share = o.engine ? 0.45 : 0.9;
   measure_curves(c, {weight_formats().begin(), weight_formats().end()}, o.min_time,
                  [&](const std::string& what, double f) { report("kernels " + what, sweep_share * f); });
-  Ceilings ceilings;
-  ceilings.dram_read_gbs = dram_read_gbs;
-  KernelSweepOptions sweep;
-  sweep.formats.assign(weight_formats().begin(), weight_formats().end());
-  sweep.levels = {active_level()};
-  sweep.threads = o.threads;
-  sweep.min_time = o.min_time;
 
   // 2. One core, weights in cache: the decode rate compute alone allows.
-  KernelSweepOptions core = sweep;
+  Ceilings ceilings;
+  ceilings.dram_read_gbs = dram_read_gbs;
+  KernelSweepOptions core;
+  core.formats.assign(weight_formats().begin(), weight_formats().end());
+  core.levels = {active_level()};
+  core.min_time = o.min_time;
   core.threads = 1;
   core.batches = {1};
   core.shapes = {{256, 4096}};
@@ -375,16 +363,7 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
 
   // 3. The engine on the calibration model.
   const CalibrationPlan& plan = calibration_plan();
-  const ModelShape shape = [] {
-    ModelShape s;
-    s.layers = 14;
-    s.dim = 2304;
-    s.ffn = 6144;
-    s.heads = 18;
-    s.kv_heads = 6;
-    s.vocab = 32000;
-    return s;
-  }();
+  const ModelShape shape = llama_shape(14, 2304, 6144, 18, 6, 32000);
   std::vector<OverheadObservation> observations;
   std::vector<double> matrix_errors;
   const double runs = static_cast<double>(2 * plan.quants.size() * plan.concurrencies.size());

@@ -15,30 +15,14 @@
 #include "probes/units.h"
 
 namespace infercast {
-namespace {
-
-ModelShape llama_shape(int layers, int dim, int ffn, int heads, int kv_heads) {
-  ModelShape s;
-  s.layers = layers;
-  s.dim = dim;
-  s.ffn = ffn;
-  s.heads = heads;
-  s.kv_heads = kv_heads;
-  s.vocab = 32000;
-  s.context = 2048;
-  return s;
-}
-
-
-}  // namespace
 
 std::vector<ValidationModel> validation_models() {
   // Three sizes at least four times a 105 MB last-level cache even in Q4_0, so every decode
   // step streams from DRAM (a model the cache partly holds runs faster than any DRAM roofline),
   // and small enough to generate and run in minutes on a small machine.
-  return {{"validate-0.85b", llama_shape(16, 2048, 5632, 16, 4)},
+  return {{"validate-0.85b", llama_shape(16, 2048, 5632, 16, 4, 32000, 2048)},
           {"tinyllama-1.1b", find_preset("tinyllama-1.1b")->shape},
-          {"validate-1.5b", llama_shape(20, 2560, 6912, 20, 4)}};
+          {"validate-1.5b", llama_shape(20, 2560, 6912, 20, 4, 32000, 2048)}};
 }
 
 void check_held_out(const ValidateOptions& o, const Calibration& c) {

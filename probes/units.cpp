@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <chrono>
+#include <ctime>
 #include <fmt/format.h>
 
 namespace infercast {
@@ -54,6 +56,15 @@ std::string format_count(double n) {
   if (n >= 1e9) return fmt::format("{:.2f} B", n / 1e9);
   if (n >= 1e6) return fmt::format("{:.1f} M", n / 1e6);
   return fmt::format("{:.1f} K", n / 1e3);
+}
+
+std::string utc_timestamp() {
+  const auto t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 }  // namespace infercast

@@ -15,6 +15,8 @@ bool iequals(std::string_view a, std::string_view b);
 
 // 4096 -> "4 KiB", 3 << 20 -> "3.0 MiB".
 std::string format_size(std::uint64_t bytes);
+// Now in UTC as ISO 8601 ("2026-12-01T03:08:10Z"), for the measured_at fields.
+std::string utc_timestamp();
 // "1.10 B", "596.0 M": parameter and token counts.
 std::string format_count(double n);
 

@@ -114,12 +114,7 @@ TEST(Quantization, SizesComeFromTheBlockLayouts) {
 
 TEST(Quantization, AGeneratedFileHasExactlyTheForecastInventory) {
   GenerateOptions g;
-  g.shape.layers = 2;
-  g.shape.dim = 256;
-  g.shape.ffn = 512;
-  g.shape.heads = 4;
-  g.shape.kv_heads = 2;
-  g.shape.vocab = 300;
+  g.shape = llama_shape(2, 256, 512, 4, 2, 300);
   g.shape.experts = 4;
   g.shape.active_experts = 2;
   g.quant = "Q4_K_M";
@@ -343,14 +338,7 @@ TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
   ValidateOptions o;
   o.threads = 2;
   o.work_dir = temp_path("validate");
-  ModelShape s;
-  s.layers = 2;
-  s.dim = 256;
-  s.ffn = 512;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.vocab = 300;
-  o.models = {{"tiny", s}};
+  o.models = {{"tiny", llama_shape(2, 256, 512, 4, 2, 300)}};
   o.quants = {"Q8_0", "Q4_0"};
   o.concurrencies = {1, 2};
   o.prompt = 8;
