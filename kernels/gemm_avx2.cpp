@@ -10,6 +10,7 @@
 #include "kernels/gemm_kernels.h"
 #include "kernels/half.h"
 #include "kernels/simd_quantize.h"
+#include "kernels/stream_prefetch.h"
 
 namespace infercast {
 namespace {
@@ -183,7 +184,9 @@ void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
   for (auto& row : acc) {
     for (auto& v : row) v = _mm256_setzero_ps();
   }
+  const StreamPrefetch<Nr> ahead(c, r);
   for (std::size_t b = 0; b < c.cols / kQk; ++b) {
+    ahead.fetch(b * sizeof(Block), sizeof(Block));
     INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) {
       const Block& blk = w.row[i][b];
@@ -225,7 +228,9 @@ void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
       mins_acc[i][a] = _mm_setzero_ps();
     }
   }
+  const StreamPrefetch<Nr> ahead(c, r);
   for (std::size_t s = 0; s < c.cols / kQkK; ++s) {
+    ahead.fetch(s * sizeof(Block), sizeof(Block));
     INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) {
       const Block& blk = w.row[i][s];
@@ -286,7 +291,9 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
   for (auto& row : acc) {
     for (auto& v : row) v = _mm256_setzero_ps();
   }
+  const StreamPrefetch<Nr> ahead(c, r);
   for (std::size_t s = 0; s < c.cols / kQkK; ++s) {
+    ahead.fetch(s * sizeof(BlockQ6_K), sizeof(BlockQ6_K));
     INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) {
       const BlockQ6_K& blk = w.row[i][s];
@@ -360,8 +367,11 @@ void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
   for (auto& row : acc) {
     for (auto& v : row) v = _mm256_setzero_ps();
   }
+  const StreamPrefetch<Nr> ahead(c, r);
+  constexpr std::size_t kElementBytes = W == GgmlType::f32 ? 4 : 2;
   std::size_t k = 0;
   for (; k + 8 <= c.cols; k += 8) {
+    if (k % 32 == 0) ahead.fetch(k * kElementBytes, 32 * kElementBytes);
     __m256 x[kMaxNa];
     INFERCAST_UNROLL
     for (int a = 0; a < Na; ++a) x[a] = _mm256_loadu_ps(c.x + (b0 + a) * c.ldx + k);

@@ -13,6 +13,7 @@
 #include "kernels/gemm_kernels.h"
 #include "kernels/half.h"
 #include "kernels/simd_quantize.h"
+#include "kernels/stream_prefetch.h"
 
 namespace infercast {
 namespace {
@@ -283,7 +284,9 @@ void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
   INFERCAST_UNROLL
   for (int a = 0; a < Na; ++a) act[a] = c.packed + (b0 + a) * row_stride;
   zero<Nr, Na>(acc);
+  const StreamPrefetch<Nr> ahead(c, r);
   for (std::size_t g = 0; g < full; ++g) {
+    ahead.fetch(g * kGroupWeightBytes, kGroupWeightBytes);
     q8_0_group<W, Vnni, Nr, Na>(rows, act, acc);
     INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) rows[i] += kGroupWeightBytes;
@@ -369,8 +372,129 @@ INFERCAST_INLINE __m512i scaled_dot(const __m512i (&u)[4], const __m512i (&scale
   return isum;
 }
 
+// Q5_K: adds 16 to each nibble whose fifth bit is set. Vector v holds sub-blocks first and
+// first + 2; their fifth bits are qh bits first and first + 2.
+INFERCAST_INLINE void add_fifth_bits(const BlockQ5_K& blk, __m512i (&u)[4]) {
+  const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
+  const __m512i sixteen = _mm512_set1_epi8(16);
+  INFERCAST_UNROLL
+  for (int v = 0; v < 4; ++v) {
+    const int first = (v / 2) * 4 + v % 2;
+    const __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << first)),
+                                            _mm256_set1_epi8(static_cast<char>(1 << (first + 2))), 1);
+    u[v] = _mm512_mask_add_epi8(u[v], _mm512_test_epi8_mask(qh, bits), u[v], sixteen);
+  }
+}
+
+// GEMV (one activation row) of four weight rows at a time. Per super-block, the bookkeeping
+// that does not scale with the weights (the 6-bit scales, d and dmin, the mins against the
+// activation sums) is done once for the four rows in one vector, one row per 128-bit lane; per
+// row only the nibble products remain. Done row by row, that bookkeeping was more than half of
+// the instructions and kept the decode, not DRAM, the bound.
+//
+// The first 16 bytes of each block (d, dmin, the twelve packed scale bytes) land in one lane.
+inline __m512i k4_heads(const std::uint8_t* const (&blocks)[4]) {
+  const auto lane = [](const std::uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); };
+  __m512i h = _mm512_castsi128_si512(lane(blocks[0]));
+  h = _mm512_inserti32x4(h, lane(blocks[1]), 1);
+  h = _mm512_inserti32x4(h, lane(blocks[2]), 2);
+  return _mm512_inserti32x4(h, lane(blocks[3]), 3);
+}
+
+// unpack_k4_scales for four blocks at once: per lane, bytes 0..7 the scales, 8..15 the mins.
+inline __m512i unpack_k4_scales_x4(__m512i heads) {
+  const auto lanes = [](__m128i v) { return _mm512_broadcast_i32x4(v); };
+  // The packed bytes start at byte 4 of each lane, after d and dmin.
+  const __m512i low = _mm512_shuffle_epi8(heads, lanes(_mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15)));
+  const __m512i low_bits =
+      _mm512_and_si512(low, lanes(_mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 0, 0, 0, 0)));
+  const __m512i high_nibbles = _mm512_and_si512(
+      _mm512_srli_epi16(low, 4), lanes(_mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15, 15, 15, 15)));
+  const __m512i top = _mm512_shuffle_epi8(heads, lanes(_mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11)));
+  const __m512i top_bits = _mm512_and_si512(_mm512_srli_epi16(top, 2), _mm512_set1_epi8(0x30));
+  return _mm512_ternarylogic_epi64(low_bits, high_nibbles, top_bits, 0xFE);  // a | b | c
+}
+
+// vpermw indices into the four rows' scales (row i's scale j is word 8i + j), per row and vector.
+constexpr std::array<std::array<WordIndex, 4>, 4> kPickK4Rows = [] {
+  std::array<std::array<WordIndex, 4>, 4> t{};
+  constexpr int first[4] = {0, 1, 4, 5};
+  for (int i = 0; i < 4; ++i) {
+    for (int v = 0; v < 4; ++v) t[i][v] = pick2(8 * i + first[v], 8 * i + first[v] + 2);
+  }
+  return t;
+}();
+// d and dmin of the four rows (words 0 and 1 of each lane) into the low eight words.
+constexpr WordIndex kHeadScales = word_index([](int i) { return i < 8 ? 8 * (i / 2) + i % 2 : 0; });
+
+template <GgmlType W, bool Vnni>
+void row_k4_x4(const GemmCall& c, std::size_t r) {
+  using Block = std::conditional_t<W == GgmlType::q4_k, BlockQ4_K, BlockQ5_K>;
+  const std::size_t nb = c.cols / kQkK;
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const __m512i head_scales = load_index(kHeadScales);
+  const Block* rows[4];
+  INFERCAST_UNROLL
+  for (int i = 0; i < 4; ++i) rows[i] = reinterpret_cast<const Block*>(c.w + (r + i) * c.row_bytes);
+  __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 mins_acc = _mm512_setzero_ps();
+  const StreamPrefetch<4> ahead(c, r);
+  const std::uint8_t* px = c.packed;
+  for (std::size_t s = 0; s < nb; ++s, px += kSuperBytes) {
+    const std::uint8_t* const blocks[4] = {reinterpret_cast<const std::uint8_t*>(&rows[0][s]),
+                                           reinterpret_cast<const std::uint8_t*>(&rows[1][s]),
+                                           reinterpret_cast<const std::uint8_t*>(&rows[2][s]),
+                                           reinterpret_cast<const std::uint8_t*>(&rows[3][s])};
+    ahead.fetch(s * sizeof(Block), sizeof(Block));
+    const __m512i heads = k4_heads(blocks);
+    const __m512i sm = unpack_k4_scales_x4(heads);
+    const __m512i scales = _mm512_unpacklo_epi8(sm, _mm512_setzero_si512());  // lane i: row i's 8 scales
+    const __m512i mins = _mm512_unpackhi_epi8(sm, _mm512_setzero_si512());    // lane i: row i's 8 mins
+    const float dx = *reinterpret_cast<const float*>(px + 256);
+    // d0 dmin0 d1 dmin1 ... d3 dmin3, times the activation scale.
+    const __m256 ddx = _mm256_mul_ps(
+        _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(head_scales, heads))), _mm256_set1_ps(dx));
+    const __m512 ddx512 = _mm512_zextps256_ps512(ddx);
+    // The mins against the activation sums, all four rows in one product (lane i: row i).
+    const __m512i msum = _mm512_madd_epi16(
+        mins, _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(px + 288))));
+    const __m512 dmin = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7), ddx512);
+    mins_acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), dmin, mins_acc);
+    const __m512i x[4] = {_mm512_load_si512(px), _mm512_load_si512(px + 64), _mm512_load_si512(px + 128),
+                          _mm512_load_si512(px + 192)};
+    INFERCAST_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const Block& blk = rows[i][s];
+      const __m512i q01 = _mm512_loadu_si512(blk.qs);
+      const __m512i q23 = _mm512_loadu_si512(blk.qs + 64);
+      __m512i u[4] = {_mm512_and_si512(q01, nibble), _mm512_and_si512(_mm512_srli_epi16(q01, 4), nibble),
+                      _mm512_and_si512(q23, nibble), _mm512_and_si512(_mm512_srli_epi16(q23, 4), nibble)};
+      if constexpr (W == GgmlType::q5_k) add_fifth_bits(blk, u);
+      __m512i isum = _mm512_setzero_si512();
+      INFERCAST_UNROLL
+      for (int v = 0; v < 4; ++v) {
+        const __m512i sc = _mm512_permutexvar_epi16(load_index(kPickK4Rows[i][v]), scales);
+        isum = dot_s16<Vnni>(isum, _mm512_maddubs_epi16(u[v], x[v]), sc);
+      }
+      const __m512 d = _mm512_permutexvar_ps(_mm512_set1_epi32(2 * i), ddx512);
+      acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, acc[i]);
+    }
+  }
+  alignas(64) float mins_lanes[16];
+  _mm512_store_ps(mins_lanes, mins_acc);
+  INFERCAST_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    const float* m = mins_lanes + 4 * i;
+    c.y[r + i] = _mm512_reduce_add_ps(acc[i]) - ((m[0] + m[1]) + (m[2] + m[3]));
+  }
+}
+
 template <GgmlType W, bool Vnni, int Nr, int Na>
 void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
+  if constexpr (Nr == 4 && Na == 1) {
+    row_k4_x4<W, Vnni>(c, r);  // only the GEMV driver takes four rows, with b0 == 0
+    return;
+  }
   using Block = std::conditional_t<W == GgmlType::q4_k, BlockQ4_K, BlockQ5_K>;
   const std::size_t nb = c.cols / kQkK;
   const std::size_t row_stride = q8_k_packed_row(c.cols);
@@ -393,7 +517,9 @@ void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
       mins_acc[i][a] = _mm_setzero_ps();
     }
   }
+  const StreamPrefetch<Nr> ahead(c, r);
   for (std::size_t s = 0; s < nb; ++s) {
+    ahead.fetch(s * sizeof(Block), sizeof(Block));
     INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) {
       const Block& blk = rows[i][s];
@@ -404,18 +530,7 @@ void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
       const __m512i q23 = _mm512_loadu_si512(blk.qs + 64);
       __m512i u[4] = {_mm512_and_si512(q01, nibble), _mm512_and_si512(_mm512_srli_epi16(q01, 4), nibble),
                       _mm512_and_si512(q23, nibble), _mm512_and_si512(_mm512_srli_epi16(q23, 4), nibble)};
-      if constexpr (W == GgmlType::q5_k) {
-        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh)));
-        const __m512i sixteen = _mm512_set1_epi8(16);
-        INFERCAST_UNROLL
-        for (int v = 0; v < 4; ++v) {
-          // Vector v holds sub-blocks first and first+2; their fifth bits are qh bits first, first+2.
-          const int first = (v / 2) * 4 + v % 2;
-          const __m512i bits = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << first)),
-                                                  _mm256_set1_epi8(static_cast<char>(1 << (first + 2))), 1);
-          u[v] = _mm512_mask_add_epi8(u[v], _mm512_test_epi8_mask(qh, bits), u[v], sixteen);
-        }
-      }
+      if constexpr (W == GgmlType::q5_k) add_fifth_bits(blk, u);
       __m512i scales[4];
       INFERCAST_UNROLL
       for (int v = 0; v < 4; ++v) scales[v] = _mm512_permutexvar_epi16(pick[v], sc16);
@@ -462,7 +577,9 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
   INFERCAST_UNROLL
   for (int a = 0; a < Na; ++a) act[a] = c.packed + (b0 + a) * row_stride;
   zero<Nr, Na>(acc);
+  const StreamPrefetch<Nr> ahead(c, r);
   for (std::size_t s = 0; s < nb; ++s) {
+    ahead.fetch(s * sizeof(BlockQ6_K), sizeof(BlockQ6_K));
     INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) {
       const BlockQ6_K& blk = rows[i][s];
@@ -522,7 +639,10 @@ void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
   for (int i = 0; i < Nr; ++i) rows[i] = c.w + (r + i) * c.row_bytes;
   Accumulators<Nr> acc;
   zero<Nr, Na>(acc);
+  const StreamPrefetch<Nr> ahead(c, r);
+  constexpr std::size_t kElementBytes = W == GgmlType::f32 ? 4 : 2;
   for (std::size_t k = 0; k < c.cols; k += 16) {
+    if (k % 32 == 0) ahead.fetch(k * kElementBytes, 32 * kElementBytes);
     const auto mask = static_cast<__mmask16>(c.cols - k >= 16 ? 0xFFFF : (1U << (c.cols - k)) - 1);
     __m512 x[kMaxNa];
     for (int a = 0; a < Na; ++a) x[a] = _mm512_maskz_loadu_ps(mask, c.x + (b0 + a) * c.ldx + k);
