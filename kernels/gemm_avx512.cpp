@@ -348,16 +348,11 @@ void pack_q8_k(const GemmCall& c, std::size_t begin, std::size_t end) {
 
 #include "kernels/k_scales.inc"
 
-// vpermw indices: for Q4_K/Q5_K, int16 lanes 0..15 take scale a and 16..31 scale b; for Q6_K,
-// lanes in groups of eight take scales g..g+3.
+// vpermw indices: for Q4_K/Q5_K, int16 lanes 0..15 take scale a and 16..31 scale b.
 constexpr WordIndex pick2(int a, int b) {
   return word_index([=](int i) { return i < 16 ? a : b; });
 }
-constexpr WordIndex pick4(int g) {
-  return word_index([=](int i) { return g + i / 8; });
-}
 constexpr std::array<WordIndex, 4> kPickK4 = {pick2(0, 2), pick2(1, 3), pick2(4, 6), pick2(5, 7)};
-constexpr std::array<WordIndex, 4> kPickQ6K = {pick4(0), pick4(4), pick4(8), pick4(12)};
 
 // Sum over a super-block's four 64-byte vectors of scale x (unsigned weights . activations):
 // pairs of byte products to int16, then int16 products with the sub-block scales to int32.
@@ -576,12 +571,24 @@ void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
   }
 }
 
+// Q6_K's sixteen int8 scales, arranged so that lane k holds scales k, 4 + k, 8 + k and 12 + k
+// as words: weight vector v needs scale 4v + k in lane k, which one in-lane byte shuffle then
+// broadcasts. (Four vpermw, two uops each, did it before.)
+constexpr std::array<std::int8_t, 32> kQ6ScaleOrder = {0, 4, 8, 12, -1, -1, -1, -1, 1, 5, 9, 13, -1, -1, -1, -1,
+                                                       2, 6, 10, 14, -1, -1, -1, -1, 3, 7, 11, 15, -1, -1, -1, -1};
+constexpr std::array<std::array<std::int8_t, 64>, 4> kQ6ScaleWord = [] {
+  std::array<std::array<std::int8_t, 64>, 4> t{};
+  for (std::size_t v = 0; v < 4; ++v) {
+    for (std::size_t b = 0; b < 64; ++b) t[v][b] = static_cast<std::int8_t>(2 * v + b % 2);
+  }
+  return t;
+}();
+
 template <bool Vnni, int Nr, int Na>
 void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
   const std::size_t nb = c.cols / kQkK;
   const std::size_t row_stride = q8_k_packed_row(c.cols);
-  const __m512i pick[4] = {load_index(kPickQ6K[0]), load_index(kPickQ6K[1]), load_index(kPickQ6K[2]),
-                           load_index(kPickQ6K[3])};
+  const __m256i scale_order = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kQ6ScaleOrder.data()));
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   const __m512i high_bits = _mm512_set1_epi8(0x30);
   // Per 16-bit lane shift counts moving qh bit pairs 0,2 (low plane) and 4,6 (high plane) to bits 4-5.
@@ -601,8 +608,9 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
     INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) {
       const BlockQ6_K& blk = rows[i][s];
-      const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales)));
-      const __m512i sc512 = _mm512_castsi256_si512(sc16);
+      const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.scales));
+      const __m256i sc16 = _mm256_cvtepi8_epi16(s8);
+      const __m512i by_lane = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(s8), scale_order));
       __m512i u[4];
       __m512i scales[4];
       INFERCAST_UNROLL
@@ -612,10 +620,13 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
             _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * h)));
         const __m512i hlo = _mm512_and_si512(_mm512_sllv_epi16(qh, shl_lo), high_bits);
         const __m512i hhi = _mm512_and_si512(_mm512_srlv_epi16(qh, shr_hi), high_bits);
-        u[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, nibble), hlo);
-        u[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), nibble), hhi);
-        scales[2 * h] = _mm512_permutexvar_epi16(pick[2 * h], sc512);
-        scales[2 * h + 1] = _mm512_permutexvar_epi16(pick[2 * h + 1], sc512);
+        // (a & b) | c in one instruction.
+        u[2 * h] = _mm512_ternarylogic_epi64(ql, nibble, hlo, 0xEA);
+        u[2 * h + 1] = _mm512_ternarylogic_epi64(_mm512_srli_epi16(ql, 4), nibble, hhi, 0xEA);
+      }
+      INFERCAST_UNROLL
+      for (int v = 0; v < 4; ++v) {
+        scales[v] = _mm512_shuffle_epi8(by_lane, _mm512_loadu_si512(kQ6ScaleWord[static_cast<std::size_t>(v)].data()));
       }
       const float d = _cvtsh_ss(blk.d);
       INFERCAST_UNROLL
