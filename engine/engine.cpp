@@ -224,27 +224,23 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
       for (std::size_t j0 = 0; j0 < len; j0 += kKvBlockTokens) {
         const std::size_t count = std::min<std::size_t>(kKvBlockTokens, len - j0);
         const std::uint8_t* k = kv_slot(s.blocks[j0 / kKvBlockTokens], layer, false, 0) + kv_offset;
-        for (std::size_t h = 0; h < group; ++h) {
-          float* out = scores + h * len + j0;
-          if (f32) {
-            vec_.dot_rows_f32(reinterpret_cast<const float*>(k), kvd, count, q + h * hd, hd, scale, out);
-          } else {
-            vec_.dot_rows_f16(reinterpret_cast<const std::uint16_t*>(k), kvd, count, q + h * hd, hd, scale, out);
-          }
+        // All query heads of the group in one call: each key is loaded once for all of them.
+        if (f32) {
+          vec_.dot_rows_f32(reinterpret_cast<const float*>(k), kvd, count, q, group, hd, scale, scores + j0, len);
+        } else {
+          vec_.dot_rows_f16(reinterpret_cast<const std::uint16_t*>(k), kvd, count, q, group, hd, scale, scores + j0, len);
         }
       }
-      for (std::size_t h = 0; h < group; ++h) softmax(scores + h * len, len);
+      for (std::size_t h = 0; h < group; ++h) vec_.softmax(scores + h * len, len);
       float* out = &att_[t * qd + g * group * hd];
       std::fill(out, out + group * hd, 0.0F);
       for (std::size_t j0 = 0; j0 < len; j0 += kKvBlockTokens) {
         const std::size_t count = std::min<std::size_t>(kKvBlockTokens, len - j0);
         const std::uint8_t* v = kv_slot(s.blocks[j0 / kKvBlockTokens], layer, true, 0) + kv_offset;
-        for (std::size_t h = 0; h < group; ++h) {
-          if (f32) {
-            vec_.axpy_rows_f32(scores + h * len + j0, reinterpret_cast<const float*>(v), kvd, count, out + h * hd, hd);
-          } else {
-            vec_.axpy_rows_f16(scores + h * len + j0, reinterpret_cast<const std::uint16_t*>(v), kvd, count, out + h * hd, hd);
-          }
+        if (f32) {
+          vec_.axpy_rows_f32(scores + j0, len, reinterpret_cast<const float*>(v), kvd, count, group, hd, out);
+        } else {
+          vec_.axpy_rows_f16(scores + j0, len, reinterpret_cast<const std::uint16_t*>(v), kvd, count, group, hd, out);
         }
       }
     }

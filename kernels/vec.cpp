@@ -1,5 +1,7 @@
 #include "kernels/vec.h"
 
+#include <cmath>
+
 #include "kernels/half.h"
 
 namespace infercast {
@@ -27,9 +29,22 @@ void axpy_f16(float a, const std::uint16_t* x, float* y, std::size_t n) {
 
 const VecOps kScalar{"scalar", dot_f32, dot_f16, axpy_f32, axpy_f16,
                      dot_rows<float, dot_f32>, dot_rows<std::uint16_t, dot_f16>,
-                     axpy_rows<float, axpy_f32>, axpy_rows<std::uint16_t, axpy_f16>};
+                     axpy_rows<float, axpy_f32>, axpy_rows<std::uint16_t, axpy_f16>, softmax_reference};
 
 }  // namespace
+
+void softmax_reference(float* x, std::size_t n) {
+  if (n == 0) return;
+  float max = x[0];
+  for (std::size_t i = 1; i < n; ++i) max = std::fmax(max, x[i]);
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += static_cast<double>(x[i]);
+  }
+  const auto inv = static_cast<float>(1.0 / sum);
+  for (std::size_t i = 0; i < n; ++i) x[i] *= inv;
+}
 
 const VecOps& scalar_vec_ops() { return kScalar; }
 

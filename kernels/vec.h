@@ -15,24 +15,41 @@ struct VecOps {
   float (*dot_f16)(const std::uint16_t* a, const float* b, std::size_t n);
   void (*axpy_f32)(float a, const float* x, float* y, std::size_t n);           // y += a * x
   void (*axpy_f16)(float a, const std::uint16_t* x, float* y, std::size_t n);   // y += a * x
-  // Over `count` rows `stride` elements apart (keys or values of consecutive positions):
-  // out[j] = scale * dot(row j, q), and y += sum_j w[j] * row j. One call per cache block.
-  void (*dot_rows_f32)(const float* rows, std::size_t stride, std::size_t count, const float* q, std::size_t n, float scale, float* out);
-  void (*dot_rows_f16)(const std::uint16_t* rows, std::size_t stride, std::size_t count, const float* q, std::size_t n, float scale, float* out);
-  void (*axpy_rows_f32)(const float* w, const float* rows, std::size_t stride, std::size_t count, float* y, std::size_t n);
-  void (*axpy_rows_f16)(const float* w, const std::uint16_t* rows, std::size_t stride, std::size_t count, float* y, std::size_t n);
+  // Over `count` rows `stride` elements apart (keys or values of consecutive positions) and the
+  // `heads` query heads that share them (grouped-query attention), one call per cache block:
+  //   out[h * out_stride + j] = scale * dot(row j, q + h * n)
+  //   y[h * n + i] += sum_j w[h * w_stride + j] * row j [i]
+  void (*dot_rows_f32)(const float* rows, std::size_t stride, std::size_t count, const float* q, std::size_t heads,
+                       std::size_t n, float scale, float* out, std::size_t out_stride);
+  void (*dot_rows_f16)(const std::uint16_t* rows, std::size_t stride, std::size_t count, const float* q,
+                       std::size_t heads, std::size_t n, float scale, float* out, std::size_t out_stride);
+  void (*axpy_rows_f32)(const float* w, std::size_t w_stride, const float* rows, std::size_t stride, std::size_t count,
+                        std::size_t heads, std::size_t n, float* y);
+  void (*axpy_rows_f16)(const float* w, std::size_t w_stride, const std::uint16_t* rows, std::size_t stride,
+                        std::size_t count, std::size_t heads, std::size_t n, float* y);
+  // In place: x becomes softmax(x).
+  void (*softmax)(float* x, std::size_t n);
 };
 
 // The row variants in terms of one ISA's dot and axpy (each ISA file instantiates them with its
 // own inlined primitives).
 template <class T, float (*Dot)(const T*, const float*, std::size_t)>
-void dot_rows(const T* rows, std::size_t stride, std::size_t count, const float* q, std::size_t n, float scale, float* out) {
-  for (std::size_t j = 0; j < count; ++j) out[j] = scale * Dot(rows + j * stride, q, n);
+void dot_rows(const T* rows, std::size_t stride, std::size_t count, const float* q, std::size_t heads, std::size_t n,
+              float scale, float* out, std::size_t out_stride) {
+  for (std::size_t h = 0; h < heads; ++h) {
+    for (std::size_t j = 0; j < count; ++j) out[h * out_stride + j] = scale * Dot(rows + j * stride, q + h * n, n);
+  }
 }
 template <class T, void (*Axpy)(float, const T*, float*, std::size_t)>
-void axpy_rows(const float* w, const T* rows, std::size_t stride, std::size_t count, float* y, std::size_t n) {
-  for (std::size_t j = 0; j < count; ++j) Axpy(w[j], rows + j * stride, y, n);
+void axpy_rows(const float* w, std::size_t w_stride, const T* rows, std::size_t stride, std::size_t count,
+               std::size_t heads, std::size_t n, float* y) {
+  for (std::size_t h = 0; h < heads; ++h) {
+    for (std::size_t j = 0; j < count; ++j) Axpy(w[h * w_stride + j], rows + j * stride, y + h * n, n);
+  }
 }
+
+// The reference softmax (max-subtracted, sum in double), shared by the scalar and AVX2 tables.
+void softmax_reference(float* x, std::size_t n);
 
 const VecOps& vec_ops(IsaLevel level);
 

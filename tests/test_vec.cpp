@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "kernels/half.h"
@@ -37,31 +38,67 @@ TEST(VecOps, EveryLevelMatchesScalar) {
   }
 }
 
+// The grouped row variants against per-row calls of the same level's dot and axpy, over block
+// sizes around the 16-key step, head sizes with tails and several heads sharing the rows.
 TEST(VecOps, RowVariantsMatchPerRowCalls) {
   SeededRng rng(12);
-  constexpr std::size_t kRows = 5, kStride = 40, kN = 33;
-  std::vector<float> rows(kRows * kStride), q(kN), w(kRows);
-  std::vector<std::uint16_t> half_rows(rows.size());
-  for (std::size_t i = 0; i < rows.size(); ++i) half_rows[i] = fp32_to_fp16(rows[i] = rng.gaussian());
-  for (auto& v : q) v = rng.gaussian();
-  for (auto& v : w) v = rng.gaussian();
   for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
     const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
-    float out32[kRows], out16[kRows];
-    ops.dot_rows_f32(rows.data(), kStride, kRows, q.data(), kN, 0.5F, out32);
-    ops.dot_rows_f16(half_rows.data(), kStride, kRows, q.data(), kN, 0.5F, out16);
-    std::vector<float> y32(kN, 0.0F), y16(kN, 0.0F), e32(kN, 0.0F), e16(kN, 0.0F);
-    ops.axpy_rows_f32(w.data(), rows.data(), kStride, kRows, y32.data(), kN);
-    ops.axpy_rows_f16(w.data(), half_rows.data(), kStride, kRows, y16.data(), kN);
-    for (std::size_t j = 0; j < kRows; ++j) {
-      EXPECT_FLOAT_EQ(out32[j], 0.5F * ops.dot_f32(&rows[j * kStride], q.data(), kN)) << ops.name;
-      EXPECT_FLOAT_EQ(out16[j], 0.5F * ops.dot_f16(&half_rows[j * kStride], q.data(), kN)) << ops.name;
-      ops.axpy_f32(w[j], &rows[j * kStride], e32.data(), kN);
-      ops.axpy_f16(w[j], &half_rows[j * kStride], e16.data(), kN);
+    for (std::size_t rows_n : {1U, 5U, 16U, 17U, 40U}) {
+      for (std::size_t n : {33U, 64U, 80U, 128U, 300U}) {
+        for (std::size_t heads : {1U, 3U, 8U}) {
+          const std::size_t stride = n + 7;
+          std::vector<float> rows(rows_n * stride), q(heads * n), w(heads * rows_n);
+          std::vector<std::uint16_t> half_rows(rows.size());
+          for (std::size_t i = 0; i < rows.size(); ++i) half_rows[i] = fp32_to_fp16(rows[i] = rng.gaussian());
+          for (auto& v : q) v = rng.gaussian();
+          for (auto& v : w) v = rng.gaussian();
+          std::vector<float> out32(heads * rows_n), out16(heads * rows_n);
+          ops.dot_rows_f32(rows.data(), stride, rows_n, q.data(), heads, n, 0.5F, out32.data(), rows_n);
+          ops.dot_rows_f16(half_rows.data(), stride, rows_n, q.data(), heads, n, 0.5F, out16.data(), rows_n);
+          std::vector<float> y32(heads * n, 1.0F), y16(heads * n, 1.0F), e32(heads * n, 1.0F), e16(heads * n, 1.0F);
+          ops.axpy_rows_f32(w.data(), rows_n, rows.data(), stride, rows_n, heads, n, y32.data());
+          ops.axpy_rows_f16(w.data(), rows_n, half_rows.data(), stride, rows_n, heads, n, y16.data());
+          const std::string where = std::string(ops.name) + " rows " + std::to_string(rows_n) + " n " +
+                                    std::to_string(n) + " heads " + std::to_string(heads);
+          // Sums run in another order than one dot product's: a few ulp of the magnitude.
+          const float tol = 2e-6F * static_cast<float>(n);
+          for (std::size_t h = 0; h < heads; ++h) {
+            for (std::size_t j = 0; j < rows_n; ++j) {
+              EXPECT_NEAR(out32[h * rows_n + j], 0.5F * ops.dot_f32(&rows[j * stride], &q[h * n], n), tol) << where;
+              EXPECT_NEAR(out16[h * rows_n + j], 0.5F * ops.dot_f16(&half_rows[j * stride], &q[h * n], n), tol) << where;
+              ops.axpy_f32(w[h * rows_n + j], &rows[j * stride], &e32[h * n], n);
+              ops.axpy_f16(w[h * rows_n + j], &half_rows[j * stride], &e16[h * n], n);
+            }
+          }
+          for (std::size_t i = 0; i < heads * n; ++i) {
+            EXPECT_FLOAT_EQ(y32[i], e32[i]) << where;
+            EXPECT_FLOAT_EQ(y16[i], e16[i]) << where;
+          }
+        }
+      }
     }
-    for (std::size_t i = 0; i < kN; ++i) {
-      EXPECT_FLOAT_EQ(y32[i], e32[i]) << ops.name;
-      EXPECT_FLOAT_EQ(y16[i], e16[i]) << ops.name;
+  }
+}
+
+TEST(VecOps, SoftmaxMatchesReference) {
+  SeededRng rng(13);
+  for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
+    const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
+    for (std::size_t n : {1U, 2U, 15U, 16U, 17U, 100U, 513U}) {
+      for (float spread : {0.1F, 5.0F, 80.0F}) {
+        std::vector<float> x(n);
+        for (auto& v : x) v = spread * rng.gaussian();
+        std::vector<float> ref = x;
+        softmax_reference(ref.data(), n);
+        ops.softmax(x.data(), n);
+        double sum = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          EXPECT_NEAR(x[i], ref[i], 1e-6F + 1e-5F * ref[i]) << ops.name << " n " << n << " spread " << spread << " i " << i;
+          sum += static_cast<double>(x[i]);
+        }
+        EXPECT_NEAR(sum, 1.0, 1e-5) << ops.name << " n " << n;
+      }
     }
   }
 }
