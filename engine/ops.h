@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "engine/model.h"
+#include "kernels/vec.h"
 
 namespace infercast {
 
@@ -46,17 +47,8 @@ inline void swiglu(float* gate, const float* up, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0F + std::exp(-gate[i])) * up[i];
 }
 
-// In-place softmax; returns nothing, the inputs become probabilities.
-inline void softmax(float* x, std::size_t n) {
-  float max = x[0];
-  for (std::size_t i = 1; i < n; ++i) max = std::fmax(max, x[i]);
-  double sum = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - max);
-    sum += static_cast<double>(x[i]);
-  }
-  const auto inv = static_cast<float>(1.0 / sum);
-  for (std::size_t i = 0; i < n; ++i) x[i] *= inv;
-}
+// In-place softmax; the inputs become probabilities. The same reference routine as the scalar
+// attention primitives (kernels/vec.h), so the reference path and the scalar level agree.
+inline void softmax(float* x, std::size_t n) { softmax_reference(x, n); }
 
 }  // namespace infercast
