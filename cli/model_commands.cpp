@@ -83,6 +83,8 @@ nlohmann::json to_json(const RunReport& r) {
           {"decode_weight_gbs", r.decode_weight_gbs}, {"kv_cache_bytes", r.kv_cache_bytes},
           {"prefill_gemm_seconds", r.prefill_gemm_seconds}, {"decode_gemm_seconds", r.decode_gemm_seconds},
           {"peak_rss_bytes", r.peak_rss_bytes}, {"tokens", r.tokens},
+          {"numa", {{"nodes", r.numa.nodes}, {"applied", r.numa.applied}, {"bytes_bound", r.numa.bytes_bound},
+                    {"note", r.numa.note}}},
           {"text", r.text}};
 }
 
@@ -130,7 +132,8 @@ void run(RunArgs& a) {
   fmt::print("model {}: {} layers, dim {}, {} heads / {} KV{}, {} of weights, {} parameters\n", a.model, c.layers,
              c.dim, c.heads, c.kv_heads, c.is_moe() ? fmt::format(", {} experts / {} active", c.experts, c.active_experts) : "",
              format_size(r.weight_bytes), format_count(static_cast<double>(model.parameters())));
-  fmt::print("weights {}\n", model.file().loading() == WeightLoading::copy ? "copied into huge pages" : "memory-mapped");
+  fmt::print("weights {}; NUMA ({} node{}): {}\n", model.file().loading() == WeightLoading::copy ? "copied into huge pages" : "memory-mapped",
+             r.numa.nodes, r.numa.nodes == 1 ? "" : "s", r.numa.note);
   fmt::print("threads {}, ISA {} (prefill {}, decode {}), KV cache {} ({})\n\n", r.threads, r.isa, r.prefill_kernel,
              r.decode_kernel, format_size(r.kv_cache_bytes), a.kv_type);
   fmt::print("  prefill   {:5d} tokens x {:3d}   {:9.1f} tokens/s   {:8.1f} GOPS   TTFT {:.1f} ms\n", r.prompt_tokens,

@@ -8,6 +8,7 @@
 
 #include "engine/engine.h"
 #include "engine/model.h"
+#include "engine/placement.h"
 #include "engine/tokenizer.h"
 
 namespace infercast {
@@ -46,6 +47,7 @@ struct RunReport {
   double decode_gemm_seconds = 0;   // of decode_seconds, likewise
   std::uint64_t kv_cache_bytes = 0;
   std::uint64_t peak_rss_bytes = 0;
+  NumaPlacement numa;                        // where the weights' pages were placed
   std::vector<std::vector<int>> tokens;      // generated, per sequence
   std::vector<std::string> text;             // the same decoded, when there is a tokenizer
 };

@@ -137,7 +137,8 @@ void axpy_rows_heads(const float* w, std::size_t w_stride, const T* rows, std::s
 }
 
 // exp on sixteen floats: 2^k * p(r) with r = x - k ln 2 in [-ln2/2, ln2/2] and a degree-6
-// polynomial (Cephes' coefficients), within 2 ulp of expf over the softmax's range (x <= 0).
+// polynomial (Cephes' coefficients): at most 1.3 ulp from exp over [-87, 0] (checked every 1e-4),
+// the range a max-subtracted softmax feeds it.
 inline __m512 exp16(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-87.3365F));
   const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504F)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

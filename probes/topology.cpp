@@ -3,6 +3,8 @@
 #include <hwloc.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -139,6 +141,29 @@ bool pin_current_thread_to_core(unsigned core_index) {
   const int rc = hwloc_set_cpubind(t, set, HWLOC_CPUBIND_THREAD);
   hwloc_bitmap_free(set);
   return rc == 0;
+}
+
+int numa_node_of_core(unsigned core_index) {
+  hwloc_topology_t t = loaded_hwloc();
+  hwloc_obj_t core = hwloc_get_obj_by_type(t, HWLOC_OBJ_CORE, core_index);
+  if (core == nullptr) core = hwloc_get_obj_by_type(t, HWLOC_OBJ_PU, core_index);
+  if (core == nullptr || core->nodeset == nullptr) return -1;
+  return hwloc_bitmap_first(core->nodeset);
+}
+
+std::string bind_memory_to_node(const void* p, std::size_t bytes, int node) {
+  if (bytes == 0) return {};
+  if (node < 0) return "no NUMA node given";
+  hwloc_topology_t t = loaded_hwloc();
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  hwloc_bitmap_only(set, static_cast<unsigned>(node));
+  errno = 0;
+  const int rc = hwloc_set_area_membind(t, p, bytes, set, HWLOC_MEMBIND_BIND,
+                                        HWLOC_MEMBIND_MIGRATE | HWLOC_MEMBIND_BYNODESET);
+  const int err = errno;
+  hwloc_bitmap_free(set);
+  if (rc == 0) return {};
+  return std::string("binding memory to NUMA node ") + std::to_string(node) + " failed: " + std::strerror(err);
 }
 
 }  // namespace infercast

@@ -1,6 +1,7 @@
 #pragma once
 // Machine topology from hwloc: what there is to run on and how the caches are shared. Memory
 // availability and huge pages come from the kernel, which hwloc does not track.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -51,6 +52,14 @@ std::uint64_t available_memory_bytes();
 // Pins the calling thread to one physical core (index in hwloc order, first PU of the core).
 // Returns false, leaving the thread unpinned, if the core does not exist or binding fails.
 bool pin_current_thread_to_core(unsigned core_index);
+
+// The NUMA node (OS index) whose memory is local to physical core `core_index`, or -1 when
+// hwloc does not say.
+int numa_node_of_core(unsigned core_index);
+
+// Binds the pages of [p, p + bytes) to NUMA node `node` (OS index), moving those already
+// placed. Returns an empty string on success, otherwise why it could not.
+std::string bind_memory_to_node(const void* p, std::size_t bytes, int node);
 
 // Parses /proc/meminfo-style text; exposed for tests.
 std::uint64_t meminfo_value_kib(const std::string& text, const std::string& key);

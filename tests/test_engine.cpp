@@ -11,9 +11,11 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/reference.h"
+#include "engine/placement.h"
 #include "engine/run.h"
 #include "engine/tokenizer.h"
 #include "probes/error.h"
+#include "probes/memory.h"
 #include "probes/topology.h"
 #include "tests/temp_path.h"
 
@@ -217,6 +219,68 @@ TEST(Engine, MixtureReadsOnlyTheRoutedExperts) {
   // One token reads 2 of 4 experts: exactly the model's active bytes per token.
   EXPECT_EQ(e.last_step_weight_bytes(), moe.active_weight_bytes_per_token());
   EXPECT_LT(moe.active_weight_bytes_per_token(), moe.weight_bytes() * 3 / 5);
+}
+
+// The plan for a two-node machine (threads 0 and 1 on nodes 0 and 1): every matrix split in
+// its GEMV halves, each on its thread's node, covering every weight byte once.
+TEST(Placement, PlansEachThreadsRowsOnItsNode) {
+  const Model& m = tiny_model("Q4_0");
+  const auto plan = plan_weight_placement(m, 2, [](unsigned t) { return static_cast<int>(t); });
+  std::uint64_t bytes[2] = {0, 0};
+  std::uint64_t matrix_bytes = m.output().rows * m.output().row_bytes;
+  for (const auto& l : m.layers()) {
+    for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down}) matrix_bytes += w->rows * w->row_bytes;
+  }
+  for (const auto& r : plan) {
+    ASSERT_TRUE(r.node == 0 || r.node == 1);
+    bytes[r.node] += r.bytes;
+  }
+  EXPECT_EQ(bytes[0] + bytes[1], matrix_bytes);
+  // split_rows gives thread 0 the first half of each matrix, to within one row.
+  const WeightView& wq = m.layers().front().wq;
+  ASSERT_FALSE(plan.empty());
+  EXPECT_EQ(plan.front().begin, wq.data);
+  EXPECT_EQ(plan.front().node, 0);
+  EXPECT_EQ(plan.front().bytes, (wq.rows + 1) / 2 * wq.row_bytes);
+  // One node for every thread: adjacent matrices merge into few ranges.
+  const auto one = plan_weight_placement(m, 2, [](unsigned) { return 0; });
+  EXPECT_LT(one.size(), plan.size());
+}
+
+// Binding real pages: to node 0, which every machine has, the call must succeed or say why;
+// a node that does not exist must fail with a reason, never crash.
+TEST(Placement, BindsWholePagesOrSaysWhy) {
+  const std::size_t page = 2U << 20;
+  PageBuffer buffer(3 * page);
+  buffer.first_touch();
+  const int node = std::max(0, numa_node_of_core(0));
+  const NumaPlacement ok = apply_placement({{buffer.data() + 100, 2 * page, node}}, page);
+  if (ok.applied) {
+    EXPECT_EQ(ok.bytes_bound, page);  // only the page wholly inside the range
+    EXPECT_TRUE(ok.note.empty());
+  } else {
+    EXPECT_FALSE(ok.note.empty());
+  }
+  const NumaPlacement bad = apply_placement({{buffer.data(), 2 * page, 4000}}, page);
+  EXPECT_FALSE(bad.applied);
+  EXPECT_NE(bad.note.find("4000"), std::string::npos) << bad.note;
+  // Too small for a whole page: nothing to bind, nothing reported as done.
+  const NumaPlacement none = apply_placement({{buffer.data() + 1, page, node}}, page);
+  EXPECT_FALSE(none.applied);
+  EXPECT_EQ(none.bytes_bound, 0U);
+}
+
+// On this machine's real topology: one node, or several; run reports which.
+TEST(Placement, RunReportsWhatItDid) {
+  const Model& m = tiny_model("Q4_0");
+  const NumaPlacement p = place_weights(m, std::min(2U, host_topology().cores));
+  EXPECT_EQ(p.nodes, std::max(1U, host_topology().numa_nodes));
+  if (p.nodes == 1) {
+    EXPECT_FALSE(p.applied);
+    EXPECT_NE(p.note.find("one NUMA node"), std::string::npos) << p.note;
+  } else {
+    EXPECT_FALSE(p.note.empty());
+  }
 }
 
 TEST(Engine, FullCacheAndBadTokensFailCleanly) {
