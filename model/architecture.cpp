@@ -48,7 +48,9 @@ void check(const Architecture& a, const std::string& origin) {
 
 }  // namespace
 
-Architecture architecture_from_json(const nlohmann::json& j, const std::string& origin) {
+namespace {
+
+Architecture parse_architecture(const nlohmann::json& j, const std::string& origin) {
   if (!j.is_object()) throw UsageError(fmt::format("{}: a model description must be a JSON object", origin));
   Architecture a;
   a.name = text_or(j, "name", origin);
@@ -85,6 +87,17 @@ Architecture architecture_from_json(const nlohmann::json& j, const std::string& 
   }
   check(a, origin);
   return a;
+}
+
+}  // namespace
+
+// A field of the wrong JSON type is bad input like any other: one line naming the file, exit 2.
+Architecture architecture_from_json(const nlohmann::json& j, const std::string& origin) {
+  try {
+    return parse_architecture(j, origin);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(fmt::format("{}: {}", origin, e.what()));
+  }
 }
 
 std::vector<Architecture> catalog_models() {

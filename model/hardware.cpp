@@ -41,7 +41,9 @@ std::vector<std::string> strings(const nlohmann::json& j, const char* key) {
 
 std::string_view to_string(DeviceKind kind) { return kind == DeviceKind::gpu ? "gpu" : "cpu"; }
 
-Hardware hardware_from_json(const nlohmann::json& j, const std::string& origin) {
+namespace {
+
+Hardware parse_hardware(const nlohmann::json& j, const std::string& origin) {
   if (!j.is_object()) throw UsageError(fmt::format("{}: a hardware description must be a JSON object", origin));
   Hardware h;
   h.name = j.value("name", origin);
@@ -85,7 +87,7 @@ Hardware hardware_from_json(const nlohmann::json& j, const std::string& origin) 
   return h;
 }
 
-Hardware hardware_from_profile(const nlohmann::json& profile, const std::string& origin) {
+Hardware parse_profile(const nlohmann::json& profile, const std::string& origin) {
   if (!profile.is_object() || !profile.contains("summary") || !profile.at("summary").is_object()) {
     throw UsageError(fmt::format("{} is not an infercast probe profile (no summary)", origin));
   }
@@ -117,6 +119,25 @@ Hardware hardware_from_profile(const nlohmann::json& profile, const std::string&
   if (!(h.memory_bytes > 0)) throw UsageError(fmt::format("{}: the profile's topology has no memory size", origin));
   h.sources = {origin};
   return h;
+}
+
+}  // namespace
+
+// A field of the wrong JSON type is bad input like any other: one line naming the file, exit 2.
+Hardware hardware_from_json(const nlohmann::json& j, const std::string& origin) {
+  try {
+    return parse_hardware(j, origin);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(fmt::format("{}: {}", origin, e.what()));
+  }
+}
+
+Hardware hardware_from_profile(const nlohmann::json& profile, const std::string& origin) {
+  try {
+    return parse_profile(profile, origin);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(fmt::format("{}: {}", origin, e.what()));
+  }
 }
 
 std::vector<Hardware> catalog_hardware() {

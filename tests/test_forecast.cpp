@@ -87,6 +87,15 @@ TEST(Catalog, BadModelDescriptionsAreUsageErrors) {
   j.erase("dim");
   EXPECT_THROW(architecture_from_json(j, "x"), UsageError);
   EXPECT_THROW(architecture_from_json(nlohmann::json::array(), "x"), UsageError);
+  // A field of the wrong JSON type is a usage error naming the file, not a library exception.
+  j["dim"] = 64;
+  j["tied_embeddings"] = "yes";
+  try {
+    (void)architecture_from_json(j, "bad.json");
+    ADD_FAILURE() << "a string where a boolean belongs was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("bad.json: ", 0), 0U) << e.what();
+  }
 }
 
 TEST(Quantization, SizesComeFromTheBlockLayouts) {
@@ -161,6 +170,10 @@ TEST(Hardware, CatalogParsesAndBadDescriptionsAreUsageErrors) {
   j.erase("cores");
   EXPECT_THROW(hardware_from_json(j, "mine"), UsageError);
   EXPECT_THROW(hardware_from_profile(nlohmann::json::object(), "p.json"), UsageError);
+  j["cores"] = 8;
+  j["name"] = nlohmann::json::array();  // wrong type
+  EXPECT_THROW(hardware_from_json(j, "mine"), UsageError);
+  EXPECT_THROW(hardware_from_profile(nlohmann::json::parse(R"({"summary": {"dram_read_gbs": "fast"}})"), "p.json"), UsageError);
 }
 
 TEST(Cost, ReproducesThePublishedBenefitRatios) {
