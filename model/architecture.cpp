@@ -10,6 +10,7 @@
 #include "engine/model.h"
 #include "kernels/formats.h"
 #include "model/catalog.h"
+#include "model/json_input.h"
 #include "probes/error.h"
 #include "probes/units.h"
 
@@ -91,13 +92,8 @@ Architecture parse_architecture(const nlohmann::json& j, const std::string& orig
 
 }  // namespace
 
-// A field of the wrong JSON type is bad input like any other: one line naming the file, exit 2.
 Architecture architecture_from_json(const nlohmann::json& j, const std::string& origin) {
-  try {
-    return parse_architecture(j, origin);
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(fmt::format("{}: {}", origin, e.what()));
-  }
+  return refuse_bad_json(origin, [&] { return parse_architecture(j, origin); });
 }
 
 std::vector<Architecture> catalog_models() {

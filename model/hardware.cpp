@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/catalog.h"
+#include "model/json_input.h"
 #include "probes/error.h"
 #include "probes/units.h"
 
@@ -123,21 +124,12 @@ Hardware parse_profile(const nlohmann::json& profile, const std::string& origin)
 
 }  // namespace
 
-// A field of the wrong JSON type is bad input like any other: one line naming the file, exit 2.
 Hardware hardware_from_json(const nlohmann::json& j, const std::string& origin) {
-  try {
-    return parse_hardware(j, origin);
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(fmt::format("{}: {}", origin, e.what()));
-  }
+  return refuse_bad_json(origin, [&] { return parse_hardware(j, origin); });
 }
 
 Hardware hardware_from_profile(const nlohmann::json& profile, const std::string& origin) {
-  try {
-    return parse_profile(profile, origin);
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(fmt::format("{}: {}", origin, e.what()));
-  }
+  return refuse_bad_json(origin, [&] { return parse_profile(profile, origin); });
 }
 
 std::vector<Hardware> catalog_hardware() {
