@@ -11,15 +11,27 @@
 namespace infercast {
 namespace {
 
-std::vector<const WeightView*> matrices(const Model& model) {
-  std::vector<const WeightView*> out;
+// Every matrix one GEMV call reads: the stacked experts of a MoE layer are one call per
+// expert (rows [e*R, (e+1)*R)), so each expert's rows are split between the threads.
+std::vector<WeightView> gemv_matrices(const Model& model) {
+  std::vector<WeightView> out;
+  const auto experts = static_cast<std::size_t>(std::max(1, model.config().experts));
   for (const auto& l : model.layers()) {
-    for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router, &l.gate_exps,
-                                &l.up_exps, &l.down_exps}) {
-      if (w->data != nullptr) out.push_back(w);
+    for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router}) {
+      if (w->data != nullptr) out.push_back(*w);
+    }
+    for (const WeightView* w : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
+      if (w->data == nullptr) continue;
+      const std::size_t rows = w->rows / experts;
+      for (std::size_t e = 0; e < experts; ++e) {
+        WeightView part = *w;
+        part.data = static_cast<const std::uint8_t*>(w->data) + e * rows * w->row_bytes;
+        part.rows = rows;
+        out.push_back(part);
+      }
     }
   }
-  out.push_back(&model.output());
+  out.push_back(model.output());
   return out;
 }
 
@@ -28,7 +40,8 @@ std::vector<const WeightView*> matrices(const Model& model) {
 std::vector<PlacementRange> plan_weight_placement(const Model& model, unsigned threads,
                                                   const std::function<int(unsigned)>& node_of_thread) {
   std::vector<PlacementRange> plan;
-  for (const WeightView* w : matrices(model)) {
+  for (const WeightView& view : gemv_matrices(model)) {
+    const WeightView* w = &view;
     const auto* base = static_cast<const std::uint8_t*>(w->data);
     for (unsigned m = 0; m < threads; ++m) {
       // The AVX2/AVX-512 GEMV kernels split rows one at a time (row step 1), as split_rows does.

@@ -3,6 +3,7 @@
 // and the generator's and tokenizer's contracts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -245,6 +246,23 @@ TEST(Placement, PlansEachThreadsRowsOnItsNode) {
   // One node for every thread: adjacent matrices merge into few ranges.
   const auto one = plan_weight_placement(m, 2, [](unsigned) { return 0; });
   EXPECT_LT(one.size(), plan.size());
+}
+
+// MoE: each expert is its own GEMV call, so each expert's rows are halved between the threads.
+TEST(Placement, SplitsEveryExpertBetweenTheThreads) {
+  const Model& moe = tiny_model("Q8_0", "llama", 4);
+  const auto plan = plan_weight_placement(moe, 2, [](unsigned t) { return static_cast<int>(t); });
+  const WeightView& gate = moe.layers().front().gate_exps;
+  ASSERT_NE(gate.data, nullptr);
+  const std::size_t expert_bytes = gate.rows / 4 * gate.row_bytes;
+  const auto* base = static_cast<const std::uint8_t*>(gate.data);
+  for (std::size_t e = 0; e < 4; ++e) {
+    const auto* first_half = base + e * expert_bytes;
+    const auto it = std::find_if(plan.begin(), plan.end(), [&](const PlacementRange& r) { return r.begin == first_half; });
+    ASSERT_NE(it, plan.end()) << "expert " << e;
+    EXPECT_EQ(it->node, 0);
+    EXPECT_EQ(it->bytes, expert_bytes / 2);
+  }
 }
 
 // Binding real pages: to node 0, which every machine has, the call must succeed or say why;
