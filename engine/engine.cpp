@@ -29,6 +29,7 @@ Engine::Engine(const Model& model, const EngineOptions& options)
     : model_(model),
       cfg_(model.config()),
       ctx_(options.threads == 0 ? 1 : options.threads, options.isa),
+      numa_(place_weights(model, ctx_.threads())),
       vec_(vec_ops(ctx_.level())),
       kv_type_(options.kv_type),
       kv_elem_bytes_(kv_element_bytes(options.kv_type)),

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/model.h"
+#include "engine/placement.h"
 #include "kernels/aligned_buffer.h"
 #include "kernels/gemm.h"
 #include "kernels/vec.h"
@@ -57,6 +58,8 @@ class Engine {
   // norms, RoPE and the cache (what the forecast calls the engine's overheads).
   [[nodiscard]] double last_step_gemm_seconds() const { return step_gemm_seconds_; }
   [[nodiscard]] GemmContext& context() { return ctx_; }
+  // Where the weights' pages were placed for this engine's threads (NUMA machines).
+  [[nodiscard]] const NumaPlacement& numa() const { return numa_; }
   [[nodiscard]] std::string_view kernel_name(GgmlType type, std::size_t batch) const;
 
  private:
@@ -76,6 +79,7 @@ class Engine {
   const Model& model_;
   const ModelConfig& cfg_;
   GemmContext ctx_;
+  NumaPlacement numa_;  // the engine owns the thread-to-core pinning the placement follows
   const VecOps& vec_;
   GgmlType kv_type_;
   std::size_t kv_elem_bytes_;

@@ -15,20 +15,13 @@ namespace {
 // expert (rows [e*R, (e+1)*R)), so each expert's rows are split between the threads.
 std::vector<WeightView> gemv_matrices(const Model& model) {
   std::vector<WeightView> out;
-  const auto experts = static_cast<std::size_t>(std::max(1, model.config().experts));
   for (const auto& l : model.layers()) {
     for (const WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router}) {
       if (w->data != nullptr) out.push_back(*w);
     }
     for (const WeightView* w : {&l.gate_exps, &l.up_exps, &l.down_exps}) {
       if (w->data == nullptr) continue;
-      const std::size_t rows = w->rows / experts;
-      for (std::size_t e = 0; e < experts; ++e) {
-        WeightView part = *w;
-        part.data = static_cast<const std::uint8_t*>(w->data) + e * rows * w->row_bytes;
-        part.rows = rows;
-        out.push_back(part);
-      }
+      for (int e = 0; e < model.config().experts; ++e) out.push_back(expert_slice(*w, model.config().experts, e));
     }
   }
   out.push_back(model.output());
@@ -40,14 +33,13 @@ std::vector<WeightView> gemv_matrices(const Model& model) {
 std::vector<PlacementRange> plan_weight_placement(const Model& model, unsigned threads,
                                                   const std::function<int(unsigned)>& node_of_thread) {
   std::vector<PlacementRange> plan;
-  for (const WeightView& view : gemv_matrices(model)) {
-    const WeightView* w = &view;
-    const auto* base = static_cast<const std::uint8_t*>(w->data);
+  for (const WeightView& w : gemv_matrices(model)) {
+    const auto* base = static_cast<const std::uint8_t*>(w.data);
     for (unsigned m = 0; m < threads; ++m) {
       // The AVX2/AVX-512 GEMV kernels split rows one at a time (row step 1), as split_rows does.
-      const RowRange r = split_rows(w->rows, 1, m, threads);
+      const RowRange r = split_rows(w.rows, 1, m, threads);
       if (r.begin >= r.end) continue;
-      const PlacementRange range{base + r.begin * w->row_bytes, (r.end - r.begin) * w->row_bytes, node_of_thread(m)};
+      const PlacementRange range{base + r.begin * w.row_bytes, (r.end - r.begin) * w.row_bytes, node_of_thread(m)};
       if (!plan.empty() && plan.back().node == range.node &&
           static_cast<const std::uint8_t*>(plan.back().begin) + plan.back().bytes == range.begin) {
         plan.back().bytes += range.bytes;

@@ -35,8 +35,8 @@ struct NumaPlacement {
 // Binds the whole pages inside each range (a page two ranges share stays where it is).
 NumaPlacement apply_placement(const std::vector<PlacementRange>& plan, std::size_t page_bytes);
 
-// Decides and applies for this machine: plans and binds when it has several NUMA nodes and the
-// weights were copied into anonymous memory.
+// Decides and applies for this machine (each Engine does, for its threads): plans and binds
+// when it has several NUMA nodes and the weights were copied into anonymous memory.
 NumaPlacement place_weights(const Model& model, unsigned threads);
 
 }  // namespace infercast

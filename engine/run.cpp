@@ -68,12 +68,10 @@ RunReport run_model(const Model& model, const RunOptions& o, const Tokenizer* to
   eo.kv_type = o.kv_type;
   eo.isa = o.isa;
   eo.kv_tokens = static_cast<std::size_t>(o.concurrency) * (length + kKvBlockTokens);
-  // Before the engine's threads start: its thread m is pinned to core m, as the plan assumes.
-  const NumaPlacement numa = place_weights(model, o.threads);
   Engine engine(model, eo);
 
   RunReport r;
-  r.numa = numa;
+  r.numa = engine.numa();
   r.prompt_tokens = static_cast<int>(prompt.size());
   r.gen_tokens = o.gen_tokens;
   r.concurrency = o.concurrency;

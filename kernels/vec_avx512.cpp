@@ -26,7 +26,7 @@ float dot(const T* a, const float* b, std::size_t n) {
     acc1 = _mm512_fmadd_ps(load16(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
   }
   for (; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? 0xFFFF : tail_mask(n - i);
+    const __mmask16 m = tail_mask16(n - i);
     acc0 = _mm512_fmadd_ps(load16(a + i, m), _mm512_maskz_loadu_ps(m, b + i), acc0);
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
@@ -36,7 +36,7 @@ template <class T>
 void axpy(float a, const T* x, float* y, std::size_t n) {
   const __m512 va = _mm512_set1_ps(a);
   for (std::size_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? 0xFFFF : tail_mask(n - i);
+    const __mmask16 m = tail_mask16(n - i);
     _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, load16(x + i, m), _mm512_maskz_loadu_ps(m, y + i)));
   }
 }
@@ -102,7 +102,7 @@ void axpy_pass(const float* w, std::size_t w_stride, const T* rows, std::size_t 
   __mmask16 mask[4];
   for (std::size_t s = 0; s < 4; ++s) {
     const std::size_t c = c0 + 16 * s;
-    mask[s] = c >= n ? 0 : (n - c >= 16 ? 0xFFFF : tail_mask(n - c));
+    mask[s] = c >= n ? 0 : tail_mask16(n - c);
   }
   __m512 acc[H][4];
   for (int h = 0; h < H; ++h) {
@@ -158,20 +158,20 @@ void softmax(float* x, std::size_t n) {
   if (n == 0) return;
   __m512 vmax = _mm512_set1_ps(-INFINITY);
   for (std::size_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? 0xFFFF : tail_mask(n - i);
+    const __mmask16 m = tail_mask16(n - i);
     vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x + i));
   }
   const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
   __m512 sum = _mm512_setzero_ps();
   for (std::size_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? 0xFFFF : tail_mask(n - i);
+    const __mmask16 m = tail_mask16(n - i);
     const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), max));
     _mm512_mask_storeu_ps(x + i, m, e);
     sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
   }
   const __m512 inv = _mm512_set1_ps(1.0F / _mm512_reduce_add_ps(sum));
   for (std::size_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? 0xFFFF : tail_mask(n - i);
+    const __mmask16 m = tail_mask16(n - i);
     _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
   }
 }

@@ -130,10 +130,19 @@ std::uint64_t available_memory_bytes() {
   return meminfo_value_kib(read_text("/proc/meminfo"), "MemAvailable") * 1024;
 }
 
+namespace {
+
+// Physical core `core_index` in hwloc order, or its PU where hwloc reports no cores.
+hwloc_obj_t core_object(hwloc_topology_t t, unsigned core_index) {
+  hwloc_obj_t core = hwloc_get_obj_by_type(t, HWLOC_OBJ_CORE, core_index);
+  return core != nullptr ? core : hwloc_get_obj_by_type(t, HWLOC_OBJ_PU, core_index);
+}
+
+}  // namespace
+
 bool pin_current_thread_to_core(unsigned core_index) {
   hwloc_topology_t t = loaded_hwloc();
-  hwloc_obj_t core = hwloc_get_obj_by_type(t, HWLOC_OBJ_CORE, core_index);
-  if (core == nullptr) core = hwloc_get_obj_by_type(t, HWLOC_OBJ_PU, core_index);
+  const hwloc_obj_t core = core_object(t, core_index);
   if (core == nullptr) return false;
   // One PU of the core: binding to the whole core would let the thread hop between siblings.
   hwloc_bitmap_t set = hwloc_bitmap_dup(core->cpuset);
@@ -144,9 +153,7 @@ bool pin_current_thread_to_core(unsigned core_index) {
 }
 
 int numa_node_of_core(unsigned core_index) {
-  hwloc_topology_t t = loaded_hwloc();
-  hwloc_obj_t core = hwloc_get_obj_by_type(t, HWLOC_OBJ_CORE, core_index);
-  if (core == nullptr) core = hwloc_get_obj_by_type(t, HWLOC_OBJ_PU, core_index);
+  const hwloc_obj_t core = core_object(loaded_hwloc(), core_index);
   if (core == nullptr || core->nodeset == nullptr) return -1;
   return hwloc_bitmap_first(core->nodeset);
 }
