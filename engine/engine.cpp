@@ -255,7 +255,7 @@ void Engine::feed_forward(const LayerWeights& w, std::size_t n) {
   up_.resize(n * ffn);
   gemm(w.gate, xn_.data(), n, gate_.data());
   gemm(w.up, xn_.data(), n, up_.data());
-  parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) { swiglu(&gate_[begin * ffn], &up_[begin * ffn], (end - begin) * ffn); });
+  parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) { vec_.swiglu(&gate_[begin * ffn], &up_[begin * ffn], (end - begin) * ffn); });
   gemm(w.down, gate_.data(), n, xn_.data());
   for (std::size_t i = 0; i < n * dim; ++i) x_[i] += xn_[i];
 }
@@ -297,7 +297,7 @@ void Engine::mixture(const LayerWeights& w, std::size_t n) {
     const int ei = static_cast<int>(e);
     gemm(expert_slice(w.gate_exps, cfg_.experts, ei), expert_in_.data(), m, expert_gate_.data());
     gemm(expert_slice(w.up_exps, cfg_.experts, ei), expert_in_.data(), m, expert_up_.data());
-    swiglu(expert_gate_.data(), expert_up_.data(), m * ffn);
+    vec_.swiglu(expert_gate_.data(), expert_up_.data(), m * ffn);
     gemm(expert_slice(w.down_exps, cfg_.experts, ei), expert_gate_.data(), m, expert_out_.data());
     for (std::size_t i = 0; i < m; ++i) {
       float* x = &x_[list[i].first * dim];

@@ -42,10 +42,8 @@ inline void rope_rotate(float* x, int heads, int head_dim, const float* cos_a, c
   }
 }
 
-// gate[i] = silu(gate[i]) * up[i]
-inline void swiglu(float* gate, const float* up, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0F + std::exp(-gate[i])) * up[i];
-}
+// gate[i] = silu(gate[i]) * up[i]; the kernels' reference, like softmax below.
+inline void swiglu(float* gate, const float* up, std::size_t n) { swiglu_reference(gate, up, n); }
 
 // In-place softmax; the inputs become probabilities. The same reference routine as the scalar
 // attention primitives (kernels/vec.h), so the reference path and the scalar level agree.

@@ -40,7 +40,7 @@ GemmContext::~GemmContext() = default;
 const GemmKernel& GemmContext::select(GgmlType type, std::size_t batch, std::size_t cols) const {
   const CpuFeatures& cpu = features_;
   const GemmKernel* k = nullptr;
-  if (level_ >= IsaLevel::amx && batch >= kAmxMinBatch && cols % 32 == 0) k = amx_gemm_kernel(type);
+  if (level_ >= IsaLevel::amx && batch >= kAmxMinBatch && cols % 32 == 0) k = amx_gemm_kernel(type, batch);
   if (k == nullptr && level_ >= IsaLevel::avx512) k = avx512_gemm_kernel(type, cpu);
   if (k == nullptr && level_ >= IsaLevel::avx2) k = avx2_gemm_kernel(type, cpu);
   if (k == nullptr) k = scalar_gemm_kernel(type);

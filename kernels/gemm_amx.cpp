@@ -7,10 +7,14 @@
 // its int32 tile is scaled into 16 float accumulators with AVX-512 while the next tile multiply
 // runs. Scales vary per sub-block on both sides, so that scaling is the price of block formats.
 //
-// F16/BF16 use BF16 tiles: 32 weight rows are copied (F16: converted) to bf16 scratch, and a
-// 2x2 block of float accumulator tiles runs over K with no per-block work at all.
+// BF16 tiles serve F16/BF16 weights, and the block formats at large batches
+// (amx_bf16_min_batch): 32 weight rows are copied, converted or decoded (scales applied) to bf16
+// scratch, and a 2x2 block of float accumulator tiles runs over K with no per-block work at all.
+// Activations are packed to bf16 once per call and taken in blocks that stay in L2; a block
+// format's rows are decoded again for each block, which batches of 128 and more amortize.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <vector>
@@ -342,7 +346,10 @@ void int8_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8
 }
 
 // ---------------------------------------------------------------------------------------------
-// BF16 path (BF16 and F16 weights).
+// BF16 path: F16/BF16 weights at every batch, the block formats from amx_bf16_min_batch on.
+// A block format's weights are decoded to bf16 with their scales applied, so the tile products
+// accumulate in float over the whole row with no per-sub-block work; the decode is repeated
+// once per block of activation rows, which large batches amortize.
 
 constexpr std::size_t kBf16Rows = 32;  // two A tiles per row group
 
@@ -352,29 +359,195 @@ std::size_t bf16_packed_bytes(std::size_t batch, std::size_t cols) {
   return round_up(batch, kTile) / kTile * bf16_tile_bytes(cols);
 }
 
+// In place: r[i] dword j <-> r[j] dword i.
+INFERCAST_INLINE void transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // t[4q + 2s + h]: rows 4q + 2s and 4q + 2s + 1 interleaved, the low (h = 0) or high dwords of each lane.
+  __m512i u[16];
+  for (int q = 0; q < 4; ++q) {
+    const __m512i* a = t + 4 * q;
+    u[4 * q + 0] = _mm512_unpacklo_epi64(a[0], a[2]);  // column 4l + 0 of rows 4q..4q+3, lane l
+    u[4 * q + 1] = _mm512_unpackhi_epi64(a[0], a[2]);  // column 4l + 1
+    u[4 * q + 2] = _mm512_unpacklo_epi64(a[1], a[3]);  // column 4l + 2
+    u[4 * q + 3] = _mm512_unpackhi_epi64(a[1], a[3]);  // column 4l + 3
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88);   // lanes 0, 2 of quads 0, 1
+    const __m512i b = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xDD);   // lanes 1, 3
+    const __m512i c = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88);
+    const __m512i d = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xDD);
+    r[j] = _mm512_shuffle_i32x4(a, c, 0x88);       // lane 0
+    r[8 + j] = _mm512_shuffle_i32x4(a, c, 0xDD);   // lane 2
+    r[4 + j] = _mm512_shuffle_i32x4(b, d, 0x88);   // lane 1
+    r[12 + j] = _mm512_shuffle_i32x4(b, d, 0xDD);  // lane 3
+  }
+}
+
 void bf16_pack(const GemmCall& c, std::size_t begin, std::size_t end) {
+  const std::size_t chunks = c.cols / 32;
   for (std::size_t tile = begin / kTile; tile < (end + kTile - 1) / kTile; ++tile) {
-    auto* base = reinterpret_cast<std::uint16_t*>(c.packed + tile * bf16_tile_bytes(c.cols));
-    for (std::size_t m = 0; m < kTile; ++m) {
-      const std::size_t row = tile * kTile + m;
-      const float* x = row < c.batch ? c.x + row * c.ldx : nullptr;
-      for (std::size_t k = 0; k < c.cols; k += 2) {
-        // Chunk k/32, tile row (k%32)/2, column m: the pair (x[k], x[k+1]).
-        std::uint16_t* dst = base + (k / 32) * 512 + ((k % 32) / 2) * 32 + 2 * m;
-        dst[0] = x != nullptr ? fp32_to_bf16(x[k]) : 0;
-        dst[1] = x != nullptr ? fp32_to_bf16(x[k + 1]) : 0;
+    std::uint8_t* base = c.packed + tile * bf16_tile_bytes(c.cols);
+    for (std::size_t k = 0; k < chunks; ++k) {
+      // Row m of v: the 16 column pairs of activation m; transposed, row t holds pair t of all 16.
+      __m512i v[16];
+      for (std::size_t m = 0; m < kTile; ++m) {
+        const std::size_t row = tile * kTile + m;
+        if (row < c.batch) {
+          const float* x = c.x + row * c.ldx + 32 * k;
+          v[m] = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x)));
+        } else {
+          v[m] = _mm512_setzero_si512();
+        }
+      }
+      transpose16x16(v);
+      for (std::size_t t = 0; t < kTile; ++t) _mm512_store_si512(base + k * 1024 + t * 64, v[t]);
+    }
+  }
+}
+
+template <GgmlType W>
+constexpr bool is_float_format() {
+  return W == GgmlType::bf16 || W == GgmlType::f16;
+}
+
+// Activation tiles per block: as many as keep the block's packed activations (2 bytes a value)
+// within about half of a 2 MiB L2, so every row group of the block reads them from L2.
+std::size_t bf16_block_tiles(std::size_t cols) {
+  const std::size_t budget = (1U << 20) / (2 * cols * kTile);
+  return std::clamp<std::size_t>(budget / 2 * 2, 2, 16);
+}
+
+std::size_t bf16_ldw(std::size_t cols) { return 2 * cols + 64; }  // the pad keeps tile rows off one set
+
+struct Bf16Scratch {
+  float* acc;          // per activation tile pair: four 16x16 float tiles
+  std::uint8_t* w;     // kBf16Rows rows of bf16, stride bf16_ldw
+  std::uint8_t* int8;  // a block format's decode of one row (Int8Scratch)
+};
+
+template <GgmlType W>
+std::size_t bf16_scratch_bytes(std::size_t cols) {
+  std::size_t bytes = bf16_block_tiles(cols) / 2 * 4096 + kBf16Rows * bf16_ldw(cols) + 64;
+  if constexpr (!is_float_format<W>()) bytes += int8_scratch_bytes<W>(cols);
+  return bytes;
+}
+
+template <GgmlType W>
+Bf16Scratch bf16_scratch(std::uint8_t* base, std::size_t cols) {
+  Bf16Scratch s{};
+  s.acc = reinterpret_cast<float*>(base);
+  s.w = base + bf16_block_tiles(cols) / 2 * 4096;
+  s.int8 = s.w + round_up(kBf16Rows * bf16_ldw(cols), 64);
+  return s;
+}
+
+// Sixteen weights from column k of a decoded block-format row, scales applied.
+template <GgmlType W>
+INFERCAST_INLINE __m512 scaled16(const Int8Scratch& q, std::size_t k) {
+  const std::size_t j = k / sub_block<W>();
+  const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q.q + k))));
+  if constexpr (has_offset<W>()) return _mm512_fmadd_ps(v, _mm512_set1_ps(q.scale[j]), _mm512_set1_ps(q.offset[j]));
+  return _mm512_mul_ps(v, _mm512_set1_ps(q.scale[j]));
+}
+
+// Sixteen bf16 values (q - bias) x scale + offset for q = 0..15: a 4-bit format's sub-block as a
+// lookup table, so decoding is one word permute per 32 weights. Same rounding as the generic
+// path: the float product is exact, one rounding to bf16.
+INFERCAST_INLINE __m512i nibble_table(float scale, float offset, float bias) {
+  const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 v = _mm512_fmadd_ps(_mm512_sub_ps(q, _mm512_set1_ps(bias)), _mm512_set1_ps(scale), _mm512_set1_ps(offset));
+  return _mm512_castsi256_si512(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+}
+
+// 32 word indices: the low nibbles of 32 bytes, or their high nibbles.
+INFERCAST_INLINE __m512i nibble_words(__m512i bytes_as_words, bool high) {
+  return high ? _mm512_srli_epi16(bytes_as_words, 4) : _mm512_and_si512(bytes_as_words, _mm512_set1_epi16(0x0F));
+}
+
+template <GgmlType W>
+void row_to_bf16(const std::uint8_t* src, std::size_t cols, const Bf16Scratch& s, std::uint16_t* dst) {
+  if constexpr (W == GgmlType::bf16) {
+    std::memcpy(dst, src, 2 * cols);
+  } else if constexpr (W == GgmlType::f16) {
+    for (std::size_t k = 0; k < cols; k += 32) {
+      const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * k)));
+      const __m512 b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * k + 32)));
+      _mm512_storeu_si512(dst + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
+    }
+  } else if constexpr (W == GgmlType::q8_0) {
+    const auto* b = reinterpret_cast<const BlockQ8_0*>(src);
+    for (std::size_t i = 0; i < cols / kQk; ++i) {
+      const __m512 d = _mm512_set1_ps(half_to_float(b[i].d));
+      const auto half = [&](int h) {
+        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs + 16 * h));
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
+      };
+      _mm512_storeu_si512(dst + kQk * i, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(half(1), half(0))));
+    }
+  } else if constexpr (W == GgmlType::q4_0) {
+    const auto* b = reinterpret_cast<const BlockQ4_0*>(src);
+    for (std::size_t i = 0; i < cols / kQk; ++i) {
+      const __m512i table = nibble_table(half_to_float(b[i].d), 0.0F, 8.0F);
+      // Elements 0..15 are the low nibbles of the 16 bytes, 16..31 the high ones.
+      const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs)));
+      const __m512i words = _mm512_inserti64x4(_mm512_castsi256_si512(bytes), bytes, 1);
+      const __m512i idx = _mm512_mask_srli_epi16(_mm512_and_si512(words, _mm512_set1_epi16(0x0F)), 0xFFFF0000U, words, 4);
+      _mm512_storeu_si512(dst + kQk * i, _mm512_permutexvar_epi16(idx, table));
+    }
+  } else if constexpr (W == GgmlType::q4_k) {
+    const auto* b = reinterpret_cast<const BlockQ4_K*>(src);
+    for (std::size_t i = 0; i < cols / kQkK; ++i) {
+      alignas(16) std::uint8_t sm[16];
+      unpack_k4_scales(b[i].scales, sm);
+      const float d = half_to_float(b[i].d);
+      const float dmin = half_to_float(b[i].dmin);
+      for (int j = 0; j < 4; ++j) {
+        const __m512i words = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * j)));
+        for (int h = 0; h < 2; ++h) {
+          const int sub = 2 * j + h;
+          const __m512i table = nibble_table(d * static_cast<float>(sm[sub]), -dmin * static_cast<float>(sm[8 + sub]), 0.0F);
+          _mm512_storeu_si512(dst + kQkK * i + 32 * sub, _mm512_permutexvar_epi16(nibble_words(words, h == 1), table));
+        }
+      }
+    }
+  } else {
+    const Int8Scratch q = int8_scratch<W>(s.int8, cols);
+    decode_row<W>(src, cols, q, 0);
+    for (std::size_t k = 0; k < cols; k += 32) {
+      _mm512_storeu_si512(dst + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(scaled16<W>(q, k + 16), scaled16<W>(q, k))));
+    }
+  }
+}
+
+// The accumulators of activation tiles [mb, mb_end) for weight rows r0.. into y: each float
+// tile holds [weight row][activation], y is [activation][weight row].
+void store_transposed(const GemmCall& c, const float* acc_base, std::size_t mb, std::size_t mb_end, std::size_t r0,
+                      std::size_t nrows) {
+  for (std::size_t mt = mb; mt < mb_end; ++mt) {
+    const float* acc = acc_base + (mt - mb) / 2 * 1024 + (mt - mb) % 2 * 256;
+    const std::size_t mcount = std::min(kTile, c.batch - mt * kTile);
+    for (std::size_t h = 0; h * kTile < nrows; ++h) {
+      __m512i v[16];
+      for (std::size_t n = 0; n < kTile; ++n) v[n] = _mm512_load_si512(acc + h * 512 + n * 16);
+      transpose16x16(v);
+      const std::size_t count = std::min(kTile, nrows - h * kTile);
+      const __mmask16 mask = static_cast<__mmask16>((1U << count) - 1U);
+      for (std::size_t m = 0; m < mcount; ++m) {
+        _mm512_mask_storeu_ps(c.y + (mt * kTile + m) * c.ldy + r0 + h * kTile, mask, reinterpret_cast<__m512>(v[m]));
       }
     }
   }
 }
 
-std::size_t bf16_scratch_bytes(std::size_t cols) { return kBf16Rows * (2 * cols + 64) + 4 * 1024 + 64; }
-
 template <GgmlType W>
 void bf16_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t* scratch) {
-  const std::size_t ldw = 2 * c.cols + 64;  // bytes; the pad keeps tile rows off one cache set
-  auto* const out = reinterpret_cast<float*>(scratch);
-  std::uint8_t* const wbuf = scratch + 4 * 1024;
+  const std::size_t ldw = bf16_ldw(c.cols);
+  const auto lda = static_cast<long>(ldw);
+  const Bf16Scratch s = bf16_scratch<W>(scratch, c.cols);
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) {
     cfg.rows[t] = kTile;
@@ -383,62 +556,50 @@ void bf16_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8
   TileSession session(cfg);
   const std::size_t tiles_m = round_up(c.batch, kTile) / kTile;
   const std::size_t chunks = c.cols / 32;
-
-  for (std::size_t r0 = begin; r0 < end; r0 += kBf16Rows) {
-    const std::size_t nrows = std::min(kBf16Rows, end - r0);
-    const std::size_t next_rows = r0 + kBf16Rows < end ? std::min(kBf16Rows, end - r0 - kBf16Rows) : 0;
-    NextGroupPrefetch prefetch(c.w + (r0 + kBf16Rows) * c.row_bytes, next_rows, c.row_bytes,
-                               (tiles_m + 1) / 2 * chunks);
-    for (std::size_t n = 0; n < kBf16Rows; ++n) {
-      auto* dst = reinterpret_cast<std::uint16_t*>(wbuf + n * ldw);
-      if (n >= nrows) {
-        std::memset(dst, 0, 2 * c.cols);
-        continue;
-      }
-      const std::uint8_t* src = c.w + (r0 + n) * c.row_bytes;
-      if constexpr (W == GgmlType::bf16) {
-        std::memcpy(dst, src, 2 * c.cols);
-      } else {
-        for (std::size_t k = 0; k < c.cols; k += 32) {
-          const __m512 a = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * k)));
-          const __m512 b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * k + 32)));
-          _mm512_storeu_si512(dst + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
+  const std::size_t block_tiles = bf16_block_tiles(c.cols);
+  for (std::size_t mb = 0; mb < tiles_m; mb += block_tiles) {
+    const std::size_t mb_end = std::min(tiles_m, mb + block_tiles);
+    for (std::size_t r0 = begin; r0 < end; r0 += kBf16Rows) {
+      const std::size_t nrows = std::min(kBf16Rows, end - r0);
+      // Through a padded buffer even for BF16: rows a power of two apart would share L1 sets.
+      for (std::size_t n = 0; n < kBf16Rows; ++n) {
+        auto* dst = reinterpret_cast<std::uint16_t*>(s.w + n * ldw);
+        if (n < nrows) {
+          row_to_bf16<W>(c.w + (r0 + n) * c.row_bytes, c.cols, s, dst);
+        } else {
+          std::memset(dst, 0, 2 * c.cols);
         }
       }
-    }
-    for (std::size_t mt = 0; mt < tiles_m; mt += 2) {
-      const bool pair = mt + 1 < tiles_m;
-      const std::uint8_t* b0 = c.packed + mt * bf16_tile_bytes(c.cols);
-      const std::uint8_t* b1 = pair ? b0 + bf16_tile_bytes(c.cols) : b0;
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (std::size_t k = 0; k < chunks; ++k) {
-        prefetch.step();
-        _tile_loadd(4, wbuf + 64 * k, static_cast<long>(ldw));
-        _tile_loadd(5, wbuf + 16 * ldw + 64 * k, static_cast<long>(ldw));
-        _tile_loadd(6, b0 + 1024 * k, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(2, 5, 6);
-        if (pair) {
+      const std::size_t next_rows = r0 + kBf16Rows < end ? std::min(kBf16Rows, end - r0 - kBf16Rows) : 0;
+      NextGroupPrefetch prefetch(c.w + (r0 + kBf16Rows) * c.row_bytes, next_rows, c.row_bytes,
+                                 (mb_end - mb + 1) / 2 * chunks);
+      for (std::size_t mt = mb; mt < mb_end; mt += 2) {
+        const std::uint8_t* b0 = c.packed + mt * bf16_tile_bytes(c.cols);
+        const std::uint8_t* b1 = mt + 1 < mb_end ? b0 + bf16_tile_bytes(c.cols) : b0;  // odd tile: a spare product
+        float* acc = s.acc + (mt - mb) / 2 * 1024;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        // Tiles are not renamed: a load waits for the products still reading the register, so
+        // each is issued right after its last reader.
+        for (std::size_t k = 0; k < chunks; ++k) {
+          prefetch.step();
+          _tile_loadd(4, s.w + 64 * k, lda);
+          _tile_loadd(6, b0 + 1024 * k, 64);
+          _tile_dpbf16ps(0, 4, 6);
           _tile_loadd(7, b1 + 1024 * k, 64);
           _tile_dpbf16ps(1, 4, 7);
+          _tile_loadd(5, s.w + 16 * ldw + 64 * k, lda);
+          _tile_dpbf16ps(2, 5, 6);
           _tile_dpbf16ps(3, 5, 7);
         }
+        _tile_stored(0, acc, 64);
+        _tile_stored(1, acc + 256, 64);
+        _tile_stored(2, acc + 512, 64);
+        _tile_stored(3, acc + 768, 64);
       }
-      _tile_stored(0, out, 64);
-      _tile_stored(1, out + 256, 64);
-      _tile_stored(2, out + 512, 64);
-      _tile_stored(3, out + 768, 64);
-      for (std::size_t half = 0; half < (pair ? 2U : 1U); ++half) {
-        const std::size_t m0 = (mt + half) * kTile;
-        const std::size_t mcount = std::min(kTile, c.batch - m0);
-        for (std::size_t m = 0; m < mcount; ++m) {
-          float* y = c.y + (m0 + m) * c.ldy + r0;
-          for (std::size_t n = 0; n < nrows; ++n) y[n] = out[(n / kTile * 2 + half) * 256 + (n % kTile) * 16 + m];
-        }
-      }
+      store_transposed(c, s.acc, mb, mb_end, r0, nrows);
     }
   }
 }
@@ -450,19 +611,28 @@ constexpr GemmKernel int8_kernel() {
 }
 template <GgmlType W>
 constexpr GemmKernel bf16_kernel() {
-  return GemmKernel{"amx_bf16", W, bf16_packed_bytes, bf16_pack, kTile, bf16_rows<W>, kBf16Rows, bf16_scratch_bytes};
+  return GemmKernel{"amx_bf16", W, bf16_packed_bytes, bf16_pack, kTile, bf16_rows<W>, kBf16Rows, bf16_scratch_bytes<W>};
 }
 
-constexpr std::array kKernels = {
-    bf16_kernel<GgmlType::bf16>(),  bf16_kernel<GgmlType::f16>(),   int8_kernel<GgmlType::q8_0>(),
-    int8_kernel<GgmlType::q4_0>(),  int8_kernel<GgmlType::q4_k>(),  int8_kernel<GgmlType::q5_k>(),
-    int8_kernel<GgmlType::q6_k>(),
+constexpr std::array kInt8Kernels = {
+    int8_kernel<GgmlType::q8_0>(), int8_kernel<GgmlType::q4_0>(), int8_kernel<GgmlType::q4_k>(),
+    int8_kernel<GgmlType::q5_k>(), int8_kernel<GgmlType::q6_k>(),
+};
+constexpr std::array kBf16Kernels = {
+    bf16_kernel<GgmlType::bf16>(), bf16_kernel<GgmlType::f16>(),  bf16_kernel<GgmlType::q8_0>(),
+    bf16_kernel<GgmlType::q4_0>(), bf16_kernel<GgmlType::q4_k>(), bf16_kernel<GgmlType::q5_k>(),
+    bf16_kernel<GgmlType::q6_k>(),
 };
 
 }  // namespace
 
-const GemmKernel* amx_gemm_kernel(GgmlType type) {
-  for (const auto& k : kKernels) {
+const GemmKernel* amx_gemm_kernel(GgmlType type, std::size_t batch) {
+  if (batch < amx_bf16_min_batch(type)) {
+    for (const auto& k : kInt8Kernels) {
+      if (k.type == type) return &k;
+    }
+  }
+  for (const auto& k : kBf16Kernels) {
     if (k.type == type) return &k;
   }
   return nullptr;

@@ -42,10 +42,16 @@ struct GemmKernel {
 const GemmKernel* scalar_gemm_kernel(GgmlType type);
 const GemmKernel* avx2_gemm_kernel(GgmlType type, const CpuFeatures& cpu);
 const GemmKernel* avx512_gemm_kernel(GgmlType type, const CpuFeatures& cpu);
-const GemmKernel* amx_gemm_kernel(GgmlType type);
+const GemmKernel* amx_gemm_kernel(GgmlType type, std::size_t batch);
 
 // AMX pays a fixed decode per row group; below this many activation rows AVX-512 is faster.
 inline constexpr std::size_t kAmxMinBatch = 8;
+// From this batch on, a block format is decoded to bf16 once per block of activation rows and
+// multiplied on BF16 tiles, instead of on INT8 tiles with an AVX-512 rescale per sub-block. The
+// crossover measured on 4096x4096, 2 threads (docs/PERFORMANCE.md): Q6_K, whose 16-weight
+// sub-blocks make INT8 tiles rescale twice as often, gains from 32; the others tie at 64 and gain
+// from 128. F16/BF16 always use BF16 tiles.
+inline std::size_t amx_bf16_min_batch(GgmlType type) { return type == GgmlType::q6_k ? 32 : 128; }
 
 // Row kernels hold Nr x Na accumulators in registers; GCC's size limit on complete unrolling
 // would otherwise leave the loops over them rolled and the accumulators in memory.

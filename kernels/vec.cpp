@@ -29,7 +29,8 @@ void axpy_f16(float a, const std::uint16_t* x, float* y, std::size_t n) {
 
 const VecOps kScalar{"scalar", dot_f32, dot_f16, axpy_f32, axpy_f16,
                      dot_rows<float, dot_f32>, dot_rows<std::uint16_t, dot_f16>,
-                     axpy_rows<float, axpy_f32>, axpy_rows<std::uint16_t, axpy_f16>, softmax_reference};
+                     axpy_rows<float, axpy_f32>, axpy_rows<std::uint16_t, axpy_f16>, softmax_reference,
+                     swiglu_reference};
 
 }  // namespace
 
@@ -44,6 +45,10 @@ void softmax_reference(float* x, std::size_t n) {
   }
   const auto inv = static_cast<float>(1.0 / sum);
   for (std::size_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void swiglu_reference(float* gate, const float* up, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0F + std::exp(-gate[i])) * up[i];
 }
 
 const VecOps& scalar_vec_ops() { return kScalar; }

@@ -1,5 +1,5 @@
 #pragma once
-// Vector primitives for attention: dot products of a query with cached keys and accumulation of
+// Vector primitives for attention (and the feed-forward's activation): dot products of a query with cached keys and accumulation of
 // cached values, with the keys and values in F32 or F16. One implementation per ISA level, like
 // the GEMM kernels; vec_ops(level) gives the best one at or below `level`.
 #include <cstddef>
@@ -29,6 +29,8 @@ struct VecOps {
                         std::size_t count, std::size_t heads, std::size_t n, float* y);
   // In place: x becomes softmax(x).
   void (*softmax)(float* x, std::size_t n);
+  // In place: gate[i] = silu(gate[i]) * up[i], the SwiGLU feed-forward's activation.
+  void (*swiglu)(float* gate, const float* up, std::size_t n);
 };
 
 // The row variants in terms of one ISA's dot and axpy (each ISA file instantiates them with its
@@ -50,6 +52,8 @@ void axpy_rows(const float* w, std::size_t w_stride, const T* rows, std::size_t 
 
 // The reference softmax (max-subtracted, sum in double), shared by the scalar and AVX2 tables.
 void softmax_reference(float* x, std::size_t n);
+// The reference SwiGLU activation (std::exp), likewise shared.
+void swiglu_reference(float* gate, const float* up, std::size_t n);
 
 const VecOps& vec_ops(IsaLevel level);
 

@@ -44,7 +44,8 @@ void axpy(float a, const T* x, float* y, std::size_t n) {
 
 const VecOps kAvx2{"avx2", dot<float>, dot<std::uint16_t>, axpy<float>, axpy<std::uint16_t>,
     dot_rows<float, dot<float>>, dot_rows<std::uint16_t, dot<std::uint16_t>>,
-    axpy_rows<float, axpy<float>>, axpy_rows<std::uint16_t, axpy<std::uint16_t>>, softmax_reference};
+    axpy_rows<float, axpy<float>>, axpy_rows<std::uint16_t, axpy<std::uint16_t>>, softmax_reference,
+    swiglu_reference};
 
 }  // namespace
 

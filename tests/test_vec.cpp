@@ -103,5 +103,31 @@ TEST(VecOps, SoftmaxMatchesReference) {
   }
 }
 
+// exp16 is within 1.3 ulp of exp; silu's division and the product add a few more, so 1e-6
+// relative (about 8 ulp) bounds every level; the edges: zero, large of both signs, beyond the
+// exponential's clamp, and tails of the vector width.
+TEST(VecOps, SwigluMatchesReference) {
+  SeededRng rng(17);
+  for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
+    const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
+    for (std::size_t n : {1U, 15U, 16U, 17U, 100U}) {
+      for (float spread : {0.5F, 4.0F, 40.0F}) {
+        std::vector<float> gate(n);
+        std::vector<float> up(n);
+        for (auto& v : gate) v = spread * rng.gaussian();
+        for (auto& v : up) v = rng.gaussian();
+        const float edges[] = {0.0F, -0.0F, 88.0F, -88.0F, 120.0F, -120.0F, 1e-30F, -1e-30F};
+        for (std::size_t i = 0; i < n && i < std::size(edges); ++i) gate[(i * 7) % n] = edges[i];
+        std::vector<float> ref = gate;
+        swiglu_reference(ref.data(), up.data(), n);
+        ops.swiglu(gate.data(), up.data(), n);
+        for (std::size_t i = 0; i < n; ++i) {
+          EXPECT_NEAR(gate[i], ref[i], 1e-30F + 1e-6F * std::fabs(ref[i])) << ops.name << " n " << n << " i " << i;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace infercast
