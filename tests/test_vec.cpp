@@ -116,7 +116,7 @@ TEST(VecOps, SwigluMatchesReference) {
         std::vector<float> up(n);
         for (auto& v : gate) v = spread * rng.gaussian();
         for (auto& v : up) v = rng.gaussian();
-        const float edges[] = {0.0F, -0.0F, 88.0F, -88.0F, 120.0F, -120.0F, 1e-30F, -1e-30F};
+        const float edges[] = {0.0F, -0.0F, 88.0F, -88.0F, 120.0F, -120.0F, 1e-30F, -1e-30F, -1e30F, 1e30F, -87.0F};
         for (std::size_t i = 0; i < n && i < std::size(edges); ++i) gate[(i * 7) % n] = edges[i];
         std::vector<float> ref = gate;
         swiglu_reference(ref.data(), up.data(), n);
