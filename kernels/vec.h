@@ -1,7 +1,8 @@
 #pragma once
-// Vector primitives for attention (and the feed-forward's activation): dot products of a query with cached keys and accumulation of
-// cached values, with the keys and values in F32 or F16. One implementation per ISA level, like
-// the GEMM kernels; vec_ops(level) gives the best one at or below `level`.
+// Vector primitives for attention and the feed-forward's activation: dot products of a query
+// with cached keys and accumulation of cached values (keys and values in F32 or F16), softmax,
+// SwiGLU. One implementation per ISA level, like the GEMM kernels; vec_ops(level) gives the
+// best one at or below `level`.
 #include <cstddef>
 #include <cstdint>
 

@@ -1,5 +1,6 @@
 #include "probes/topology.h"
 
+#include <fmt/format.h>
 #include <hwloc.h>
 
 #include <algorithm>
@@ -170,7 +171,7 @@ std::string bind_memory_to_node(const void* p, std::size_t bytes, int node) {
   const int err = errno;
   hwloc_bitmap_free(set);
   if (rc == 0) return {};
-  return std::string("binding memory to NUMA node ") + std::to_string(node) + " failed: " + std::strerror(err);
+  return fmt::format("binding memory to NUMA node {} failed: {}", node, std::strerror(err));
 }
 
 }  // namespace infercast
