@@ -43,22 +43,28 @@ constexpr std::size_t kTile = 16;
 class NextGroupPrefetch {
  public:
   NextGroupPrefetch(const std::uint8_t* first_row, std::size_t rows, std::size_t row_bytes, std::size_t steps)
-      : base_(first_row), row_bytes_(row_bytes), lines_per_row_((row_bytes + 63) / 64), total_(rows * lines_per_row_),
-        per_step_(steps == 0 ? total_ : (total_ + steps - 1) / steps) {}
+      : row_(first_row), row_bytes_(row_bytes), lines_per_row_((row_bytes + 63) / 64), rows_left_(rows),
+        per_step_(steps == 0 ? rows * lines_per_row_ : (rows * lines_per_row_ + steps - 1) / steps) {}
+  // Walks rows and lines by counting: a division per line, between tile products, showed in
+  // profiles as the hottest instruction of the small-batch INT8 kernel.
   void step() {
-    for (std::size_t n = 0; n < per_step_ && next_ < total_; ++n, ++next_) {
-      const std::size_t row = next_ / lines_per_row_;
-      _mm_prefetch(reinterpret_cast<const char*>(base_ + row * row_bytes_ + (next_ % lines_per_row_) * 64), _MM_HINT_T1);
+    for (std::size_t n = 0; n < per_step_ && rows_left_ > 0; ++n) {
+      _mm_prefetch(reinterpret_cast<const char*>(row_ + line_ * 64), _MM_HINT_T1);
+      if (++line_ == lines_per_row_) {
+        line_ = 0;
+        row_ += row_bytes_;
+        --rows_left_;
+      }
     }
   }
 
  private:
-  const std::uint8_t* base_;
+  const std::uint8_t* row_;
   std::size_t row_bytes_;
   std::size_t lines_per_row_;
-  std::size_t total_;
+  std::size_t rows_left_;
   std::size_t per_step_;
-  std::size_t next_ = 0;
+  std::size_t line_ = 0;
 };
 
 inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
