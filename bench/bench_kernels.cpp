@@ -19,17 +19,24 @@ namespace {
 constexpr std::size_t kRows = 4096;
 constexpr std::size_t kCols = 4096;
 
-const std::vector<std::uint8_t>& weights(GgmlType type) {
-  static std::vector<std::vector<std::uint8_t>> cache(64);
-  auto& w = cache[static_cast<std::size_t>(type)];
-  if (w.empty()) {
+// The matrix of one format in one layout, built once.
+struct Matrix {
+  std::vector<std::uint8_t> bytes;
+  WeightView view;
+};
+
+const Matrix& weights(GgmlType type, WeightLayout layout) {
+  static std::vector<Matrix> cache(128);
+  Matrix& m = cache[static_cast<std::size_t>(type) * 2 + static_cast<std::size_t>(layout)];
+  if (m.bytes.empty()) {
     const auto& f = format_info(type);
     std::vector<float> row(kCols);
     for (std::size_t k = 0; k < kCols; ++k) row[k] = 0.02F * static_cast<float>((k * 2654435761U) % 2001) / 1000.0F - 0.02F;
-    w.resize(f.row_bytes(kCols) * kRows);
-    for (std::size_t r = 0; r < kRows; ++r) f.quantize(row.data(), w.data() + r * f.row_bytes(kCols), kCols);
+    m.bytes.resize(f.row_bytes(kCols) * kRows);
+    for (std::size_t r = 0; r < kRows; ++r) f.quantize(row.data(), m.bytes.data() + r * f.row_bytes(kCols), kCols);
+    m.view = relayout(make_weight_view(type, m.bytes.data(), kRows, kCols), m.bytes.data(), layout);
   }
-  return w;
+  return m;
 }
 
 GemmContext& context(IsaLevel level) {
@@ -39,10 +46,10 @@ GemmContext& context(IsaLevel level) {
   return *c;
 }
 
-void run_gemm(benchmark::State& state, GgmlType type, IsaLevel level, std::size_t batch) {
-  const auto& w = weights(type);
+void run_gemm(benchmark::State& state, GgmlType type, IsaLevel level, WeightLayout layout, std::size_t batch) {
+  const Matrix& w = weights(type, layout);
   GemmContext& ctx = context(level);
-  const WeightView view = make_weight_view(type, w.data(), kRows, kCols);
+  const WeightView& view = w.view;
   std::vector<float> x(batch * kCols, 0.5F);
   std::vector<float> y(batch * kRows);
   for (auto _ : state) {
@@ -50,10 +57,10 @@ void run_gemm(benchmark::State& state, GgmlType type, IsaLevel level, std::size_
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * w.size()));
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * w.bytes.size()));
   state.counters["gops"] = benchmark::Counter(2.0 * kRows * kCols * static_cast<double>(batch) * static_cast<double>(state.iterations()) / 1e9,
                                               benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(ctx.kernel_name(type, batch, kCols)));
+  state.SetLabel(std::string(ctx.kernel_name(type, batch, kCols, view.layout)));
 }
 
 void register_all() {
@@ -61,13 +68,19 @@ void register_all() {
   for (GgmlType type : weight_formats()) {
     for (int l = 0; l <= static_cast<int>(best); ++l) {
       const auto level = static_cast<IsaLevel>(l);
-      for (std::size_t batch : {1, 2, 4, 8, 16, 32, 64}) {
-        if (level == IsaLevel::scalar && batch > 1) continue;  // the reference is for GEMV only
-        benchmark::RegisterBenchmark(
-            fmt::format("gemm/{}/{}/batch:{}", format_info(type).name, to_string(level), batch).c_str(),
-            [=](benchmark::State& s) { run_gemm(s, type, level, batch); })
-            ->Unit(benchmark::kMicrosecond)
-            ->UseRealTime();
+      // The GGUF layout at every level, and the interleaved one where the level prefers it.
+      std::vector<WeightLayout> layouts{WeightLayout::gguf};
+      if (preferred_layout(type, level) != WeightLayout::gguf) layouts.push_back(preferred_layout(type, level));
+      for (WeightLayout layout : layouts) {
+        for (std::size_t batch : {1, 2, 4, 8, 16, 32, 64}) {
+          if (level == IsaLevel::scalar && batch > 1) continue;  // the reference is for GEMV only
+          benchmark::RegisterBenchmark(fmt::format("gemm/{}/{}{}/batch:{}", format_info(type).name, to_string(level),
+                                                   layout == WeightLayout::gguf ? "" : "_x8", batch)
+                                           .c_str(),
+                                       [=](benchmark::State& s) { run_gemm(s, type, level, layout, batch); })
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        }
       }
     }
   }

@@ -31,6 +31,7 @@ struct KernelsArgs {
   bool no_quality = false;
   double min_time = 0.3;
   std::string footprint;
+  std::string layout = "best";
 };
 
 nlohmann::json read_profile(const std::string& path) {
@@ -117,6 +118,13 @@ void run(const KernelsArgs& args) {
     if (!bytes || *bytes == 0) throw UsageError(fmt::format("--footprint '{}' is not a size such as 512MiB", args.footprint));
     o.footprint_bytes = *bytes;
   }
+  if (args.layout == "gguf") {
+    o.layout = WeightLayout::gguf;
+  } else if (args.layout == "interleaved") {
+    o.layout = WeightLayout::interleaved8;
+  } else if (args.layout != "best") {
+    throw UsageError(fmt::format("--layout '{}' is not best, gguf or interleaved", args.layout));
+  }
   ProgressPrinter progress;  // run_kernel_sweep validates the options before any work
   const auto points = run_kernel_sweep(o, ceilings, [&](const std::string& what, double f) { progress.update(what, f); });
   std::vector<QualityRow> quality;
@@ -164,6 +172,9 @@ void add_kernels_command(CLI::App& app, int& exit_status) {
   cmd->add_flag("--no-quality", args->no_quality, "Skip the accuracy table");
   cmd->add_option("--min-time", args->min_time, "Seconds of timed passes per point")->capture_default_str();
   cmd->add_option("--footprint", args->footprint, "Weight bytes cycled per point (default: 4x LLC, at least 256MiB)");
+  cmd->add_option("--layout", args->layout,
+                  "Weight layout: best (each ISA level's own, as a loaded model), gguf, or interleaved")
+      ->capture_default_str();
   cmd->callback([args, &exit_status] {
     run(*args);
     exit_status = 0;

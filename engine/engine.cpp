@@ -64,8 +64,8 @@ void Engine::remove_sequence(int sequence) {
 
 int Engine::length(int sequence) const { return sequences_.at(static_cast<std::size_t>(sequence)).length; }
 
-std::string_view Engine::kernel_name(GgmlType type, std::size_t batch) const {
-  return ctx_.kernel_name(type, batch, static_cast<std::size_t>(cfg_.dim));
+std::string_view Engine::kernel_name(const WeightView& w, std::size_t batch) const {
+  return ctx_.kernel_name(w.type, batch, w.cols, w.layout);
 }
 
 std::uint8_t* Engine::kv_slot(int block, int layer, bool value, int slot) {
@@ -131,7 +131,7 @@ void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits)
   rope_cos_.resize(n * half);
   rope_sin_.resize(n * half);
   for (std::size_t t = 0; t < n; ++t) {
-    embedding_row(model_.embedding(), tokens[t].token, &x_[t * dim]);
+    model_.embedding_row(tokens[t].token, &x_[t * dim]);
     rope_angles(positions[t], cfg_.head_dim, cfg_.rope_base, &rope_cos_[t * half], &rope_sin_[t * half]);
   }
   step_weight_bytes_ += model_.embedding().bytes / static_cast<std::uint64_t>(cfg_.vocab) * n;

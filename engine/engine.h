@@ -60,7 +60,8 @@ class Engine {
   [[nodiscard]] GemmContext& context() { return ctx_; }
   // Where the weights' pages were placed for this engine's threads (NUMA machines).
   [[nodiscard]] const NumaPlacement& numa() const { return numa_; }
-  [[nodiscard]] std::string_view kernel_name(GgmlType type, std::size_t batch) const;
+  // The kernel a product of `w` with `batch` activation rows runs on.
+  [[nodiscard]] std::string_view kernel_name(const WeightView& w, std::size_t batch) const;
 
  private:
   struct Sequence {

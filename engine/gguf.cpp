@@ -263,6 +263,13 @@ GgufFile GgufFile::open(const std::string& path, WeightLoading loading) {
   return file;
 }
 
+std::uint8_t* GgufFile::writable(const std::uint8_t* data) const {
+  if (loading_ != WeightLoading::copy || mapping_ == nullptr || mapping_->copy.size() == 0) return nullptr;
+  auto* base = reinterpret_cast<std::uint8_t*>(mapping_->copy.data());
+  if (data < base || data >= base + mapping_->copy.size()) return nullptr;
+  return base + (data - base);
+}
+
 GgufFile GgufFile::parse(std::span<const std::uint8_t> bytes) {
   GgufFile file;
   file.bytes_ = bytes;

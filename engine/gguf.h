@@ -94,6 +94,9 @@ class GgufFile {
 
   // Locks the file's pages in memory (mlock); false with errno set when the OS refuses.
   bool lock_in_memory() const;
+  // `data` (a tensor's bytes) as a writable pointer when the file was copied into memory this
+  // object owns; null for a mapping or parsed bytes, which must not be written.
+  [[nodiscard]] std::uint8_t* writable(const std::uint8_t* data) const;
   [[nodiscard]] WeightLoading loading() const { return loading_; }
 
  private:

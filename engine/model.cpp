@@ -77,9 +77,11 @@ WeightLoading default_loading(const std::string& path) {
 }
 }  // namespace
 
-Model Model::load(const std::string& path, std::optional<WeightLoading> loading) {
+Model Model::load(const std::string& path, std::optional<WeightLoading> loading, std::optional<IsaLevel> kernels) {
   try {
-    return from(GgufFile::open(path, loading ? *loading : default_loading(path)));
+    Model m = from(GgufFile::open(path, loading ? *loading : default_loading(path)));
+    m.relayout_for(kernels ? *kernels : active_level());
+    return m;
   } catch (const UsageError& e) {
     const std::string what = e.what();
     if (what.starts_with(path)) throw;
@@ -136,6 +138,22 @@ Model Model::from(GgufFile file) {
   return m;
 }
 
+void Model::relayout_for(IsaLevel level) {
+  const auto relaid = [&](WeightView& w) {
+    if (w.data == nullptr || preferred_layout(w.type, level) == w.layout) return;
+    std::uint8_t* data = file_.writable(static_cast<const std::uint8_t*>(w.data));
+    if (data == nullptr) return;  // mapped: the file's layout serves every level
+    w = relayout(w, data, preferred_layout(w.type, level));
+    ++relaid_;
+  };
+  for (auto& l : layers_) {
+    for (WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router, &l.gate_exps, &l.up_exps, &l.down_exps}) {
+      relaid(*w);
+    }
+  }
+  relaid(output_);
+}
+
 std::uint64_t Model::active_weight_bytes_per_token() const {
   // What one decode step reads: every matrix once, MoE experts only active_experts of experts,
   // the output head, and one embedding row.
@@ -159,11 +177,16 @@ WeightView expert_slice(const WeightView& stacked, int experts, int e) {
   return w;
 }
 
-void embedding_row(const GgufTensorInfo& embedding, int token, float* out) {
-  const auto cols = static_cast<std::size_t>(embedding.dims[0]);
-  const auto& f = format_info(embedding.type);
-  const std::size_t row_bytes = f.row_bytes(cols);
-  f.dequantize(embedding.data + static_cast<std::size_t>(token) * row_bytes, out, cols);
+void Model::embedding_row(int token, float* out) const {
+  const auto cols = static_cast<std::size_t>(embedding_->dims[0]);
+  const auto& f = format_info(embedding_->type);
+  const auto r = static_cast<std::size_t>(token);
+  if (output_.data == embedding_->data && output_.layout != WeightLayout::gguf) {
+    std::vector<std::uint8_t> row;
+    f.dequantize(gguf_row(output_, r, row), out, cols);
+    return;
+  }
+  f.dequantize(embedding_->data + r * f.row_bytes(cols), out, cols);
 }
 
 }  // namespace infercast

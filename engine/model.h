@@ -59,8 +59,11 @@ class Model {
  public:
   // Opens and checks the file: every tensor present with the shape the config implies.
   // Without a loading mode: copied into huge pages when the file fits in the available memory
-  // with a quarter to spare, else mapped.
-  static Model load(const std::string& path, std::optional<WeightLoading> loading = std::nullopt);
+  // with a quarter to spare, else mapped. Copied matrices are then rewritten in place into the
+  // layout the kernels of `kernels` (default: the active level) read fastest; mapped ones keep
+  // the file's layout, which every level reads too.
+  static Model load(const std::string& path, std::optional<WeightLoading> loading = std::nullopt,
+                    std::optional<IsaLevel> kernels = std::nullopt);
   static Model from(GgufFile file);
 
   [[nodiscard]] const ModelConfig& config() const { return config_; }
@@ -73,9 +76,15 @@ class Model {
   [[nodiscard]] std::uint64_t weight_bytes() const { return weight_bytes_; }
   [[nodiscard]] std::uint64_t active_weight_bytes_per_token() const;
   [[nodiscard]] std::uint64_t parameters() const { return parameters_; }
+  // Matrices rewritten into another layout than the file's at load, and the layout.
+  [[nodiscard]] std::size_t relaid_matrices() const { return relaid_; }
+  // Token embedding row `token` as floats; reads the output head when the two are tied and
+  // the head was rewritten.
+  void embedding_row(int token, float* out) const;
 
  private:
   explicit Model(GgufFile file) : file_(std::move(file)) {}
+  void relayout_for(IsaLevel level);
   GgufFile file_;
   ModelConfig config_;
   std::vector<LayerWeights> layers_;
@@ -84,12 +93,11 @@ class Model {
   WeightView output_;
   std::uint64_t weight_bytes_ = 0;
   std::uint64_t parameters_ = 0;
+  std::size_t relaid_ = 0;
 };
 
 // Expert e's slice of a stacked expert matrix.
 WeightView expert_slice(const WeightView& stacked, int experts, int e);
 
-// Token embedding row `token` as floats (dequantized from the embedding's format).
-void embedding_row(const GgufTensorInfo& embedding, int token, float* out);
 
 }  // namespace infercast

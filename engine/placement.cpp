@@ -36,8 +36,8 @@ std::vector<PlacementRange> plan_weight_placement(const Model& model, unsigned t
   for (const WeightView& w : gemv_matrices(model)) {
     const auto* base = static_cast<const std::uint8_t*>(w.data);
     for (unsigned m = 0; m < threads; ++m) {
-      // The AVX2/AVX-512 GEMV kernels split rows one at a time (row step 1), as split_rows does.
-      const RowRange r = split_rows(w.rows, 1, m, threads);
+      // The rows each thread's GEMV takes, split in the step the matrix's kernels use.
+      const RowRange r = split_rows(w.rows, row_split_step(w), m, threads);
       if (r.begin >= r.end) continue;
       const PlacementRange range{base + r.begin * w.row_bytes, (r.end - r.begin) * w.row_bytes, node_of_thread(m)};
       if (!plan.empty() && plan.back().node == range.node &&

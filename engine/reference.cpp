@@ -17,12 +17,14 @@ void matvec(const WeightView& w, const float* x, float* y, ReferenceMath math) {
     const auto& a = format_info(f.activation);
     std::vector<std::uint8_t> xq(a.row_bytes(w.cols));
     a.quantize(x, xq.data(), w.cols);
-    for (std::size_t r = 0; r < w.rows; ++r) y[r] = f.dot(static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes, xq.data(), w.cols);
+    std::vector<std::uint8_t> scratch;
+    for (std::size_t r = 0; r < w.rows; ++r) y[r] = f.dot(gguf_row(w, r, scratch), xq.data(), w.cols);
     return;
   }
   std::vector<float> row(w.cols);
+  std::vector<std::uint8_t> scratch;
   for (std::size_t r = 0; r < w.rows; ++r) {
-    f.dequantize(static_cast<const std::uint8_t*>(w.data) + r * w.row_bytes, row.data(), w.cols);
+    f.dequantize(gguf_row(w, r, scratch), row.data(), w.cols);
     double sum = 0;
     for (std::size_t k = 0; k < w.cols; ++k) sum += static_cast<double>(row[k]) * static_cast<double>(x[k]);
     y[r] = static_cast<float>(sum);
@@ -61,7 +63,7 @@ std::vector<float> reference_logits(const Model& model, std::span<const int> tok
   std::vector<float> x(dim), xn(dim), q(qd), att(qd), tmp(dim), cos_a(hd / 2), sin_a(hd / 2);
 
   for (std::size_t p = 0; p < n; ++p) {
-    embedding_row(model.embedding(), tokens[p], x.data());
+    model.embedding_row(tokens[p], x.data());
     rope_angles(static_cast<int>(p), c.head_dim, c.rope_base, cos_a.data(), sin_a.data());
     for (int l = 0; l < c.layers; ++l) {
       const LayerWeights& w = model.layers()[static_cast<std::size_t>(l)];

@@ -77,8 +77,8 @@ RunReport run_model(const Model& model, const RunOptions& o, const Tokenizer* to
   r.concurrency = o.concurrency;
   r.threads = engine.context().threads();
   r.isa = std::string(to_string(engine.context().level()));
-  r.decode_kernel = std::string(engine.kernel_name(model.layers().front().wq.type, static_cast<std::size_t>(o.concurrency)));
-  r.prefill_kernel = std::string(engine.kernel_name(model.layers().front().wq.type, std::min(prompt.size(), static_cast<std::size_t>(o.max_batch))));
+  r.decode_kernel = std::string(engine.kernel_name(model.layers().front().wq, static_cast<std::size_t>(o.concurrency)));
+  r.prefill_kernel = std::string(engine.kernel_name(model.layers().front().wq, std::min(prompt.size(), static_cast<std::size_t>(o.max_batch))));
   r.weight_bytes = model.weight_bytes();
   r.kv_cache_bytes = engine.kv_cache_bytes();
 

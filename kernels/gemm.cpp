@@ -4,6 +4,7 @@
 
 #include "kernels/formats.h"
 #include "kernels/gemm_kernels.h"
+#include "kernels/interleave.h"
 #include "probes/error.h"
 
 namespace infercast {
@@ -11,6 +12,30 @@ namespace infercast {
 WeightView make_weight_view(GgmlType type, const void* data, std::size_t rows, std::size_t cols) {
   return WeightView{type, data, rows, cols, format_info(type).row_bytes(cols)};
 }
+
+WeightLayout preferred_layout(GgmlType type, IsaLevel level) {
+  return level == IsaLevel::avx2 && has_interleaved_layout(type) ? WeightLayout::interleaved8 : WeightLayout::gguf;
+}
+
+WeightView relayout(const WeightView& w, std::uint8_t* data, WeightLayout layout) {
+  if (layout == w.layout || !has_interleaved_layout(w.type)) return w;
+  if (w.layout != WeightLayout::gguf || data != w.data) throw UsageError("only a writable GGUF-layout matrix can be interleaved");
+  validate_weights(w);
+  interleave_rows(w.type, data, w.rows, w.cols, w.row_bytes);
+  WeightView out = w;
+  out.layout = layout;
+  return out;
+}
+
+const std::uint8_t* gguf_row(const WeightView& w, std::size_t r, std::vector<std::uint8_t>& scratch) {
+  const auto* data = static_cast<const std::uint8_t*>(w.data);
+  if (w.layout == WeightLayout::gguf) return data + r * w.row_bytes;
+  scratch.resize(w.row_bytes);
+  copy_gguf_row(w.type, data, w.rows, w.cols, w.row_bytes, r, scratch.data());
+  return scratch.data();
+}
+
+std::size_t row_split_step(const WeightView& w) { return w.layout == WeightLayout::interleaved8 ? kInterleave : 1; }
 
 void validate_weights(const WeightView& w) {
   const auto& f = format_info(w.type);
@@ -24,6 +49,9 @@ void validate_weights(const WeightView& w) {
                                  f.row_bytes(w.cols), w.row_bytes));
   }
   if (w.data == nullptr) throw UsageError("weight matrix has no data");
+  if (w.layout == WeightLayout::interleaved8 && !has_interleaved_layout(w.type)) {
+    throw UsageError(fmt::format("{} has no interleaved layout", f.name));
+  }
 }
 
 GemmContext::GemmContext(unsigned threads, std::optional<IsaLevel> level)
@@ -37,8 +65,14 @@ GemmContext::GemmContext(unsigned threads, std::optional<IsaLevel> level, const 
 
 GemmContext::~GemmContext() = default;
 
-const GemmKernel& GemmContext::select(GgmlType type, std::size_t batch, std::size_t cols) const {
+const GemmKernel& GemmContext::select(GgmlType type, WeightLayout layout, std::size_t batch, std::size_t cols) const {
   const CpuFeatures& cpu = features_;
+  if (layout == WeightLayout::interleaved8) {
+    // Whichever level the context runs at, only these read the interleaved bytes.
+    const GemmKernel* k = level_ >= IsaLevel::avx2 ? avx2_x8_gemm_kernel(type) : scalar_x8_gemm_kernel(type);
+    if (k == nullptr) throw UsageError(fmt::format("no kernel for interleaved {}", format_info(type).name));
+    return *k;
+  }
   const GemmKernel* k = nullptr;
   if (level_ >= IsaLevel::amx && batch >= kAmxMinBatch && cols % 32 == 0) k = amx_gemm_kernel(type, batch);
   if (k == nullptr && level_ >= IsaLevel::avx512) k = avx512_gemm_kernel(type, cpu);
@@ -48,15 +82,15 @@ const GemmKernel& GemmContext::select(GgmlType type, std::size_t batch, std::siz
   return *k;
 }
 
-std::string_view GemmContext::kernel_name(GgmlType type, std::size_t batch, std::size_t cols) const {
-  return select(type, batch, cols).name;
+std::string_view GemmContext::kernel_name(GgmlType type, std::size_t batch, std::size_t cols, WeightLayout layout) const {
+  return select(type, layout, batch, cols).name;
 }
 
 void GemmContext::gemm(const WeightView& w, const float* x, std::size_t ldx, std::size_t batch, float* y,
                        std::size_t ldy) {
   validate_weights(w);
   if (batch == 0) return;
-  const GemmKernel& k = select(w.type, batch, w.cols);
+  const GemmKernel& k = select(w.type, w.layout, batch, w.cols);
   GemmCall call{static_cast<const std::uint8_t*>(w.data), w.row_bytes, w.rows, w.cols, x, ldx, batch, y, ldy, nullptr};
   const std::size_t packed = k.packed_bytes != nullptr ? k.packed_bytes(batch, w.cols) : 0;
   if (packed > 0) call.packed = packed_.reserve(packed);

@@ -21,6 +21,11 @@
 
 namespace infercast {
 
+// How a matrix's bytes are ordered. `gguf`: row after row, each its blocks, as in the file.
+// `interleaved8`: every full group of eight rows interleaved (kernels/interleave.h) in the same
+// bytes, for the kernels that read it faster; rows keep their offsets in multiples of eight.
+enum class WeightLayout : std::uint8_t { gguf, interleaved8 };
+
 // A row-major weight matrix in one of the weight formats. cols must be a multiple of the
 // format's block size; row_bytes is normally format_info(type).row_bytes(cols).
 struct WeightView {
@@ -29,8 +34,21 @@ struct WeightView {
   std::size_t rows = 0;
   std::size_t cols = 0;
   std::size_t row_bytes = 0;
+  WeightLayout layout = WeightLayout::gguf;
 };
 WeightView make_weight_view(GgmlType type, const void* data, std::size_t rows, std::size_t cols);
+
+// The layout the kernels of `level` multiply `type` fastest in: interleaved for the block
+// formats on AVX2, whose row kernels are bound by instructions, not by memory; GGUF elsewhere
+// (AVX-512 and AMX read the GGUF layout at memory speed, and the float formats only stream).
+WeightLayout preferred_layout(GgmlType type, IsaLevel level);
+// Rewrites the matrix in place into `layout` (from GGUF; `data` is w.data, writable) and
+// returns its view. A no-op for a format without that layout.
+WeightView relayout(const WeightView& w, std::uint8_t* data, WeightLayout layout);
+// Row r in the GGUF layout: a pointer into the matrix, or the row decoded into `scratch`.
+const std::uint8_t* gguf_row(const WeightView& w, std::size_t r, std::vector<std::uint8_t>& scratch);
+// Threads split a GEMM's output rows in multiples of this.
+std::size_t row_split_step(const WeightView& w);
 
 struct GemmKernel;  // internal: one implementation for one format at one ISA variant
 
@@ -56,10 +74,12 @@ class GemmContext {
   }
 
   // The name of the kernel gemm() would use, e.g. "avx512_vnni" or "amx_int8".
-  [[nodiscard]] std::string_view kernel_name(GgmlType type, std::size_t batch, std::size_t cols) const;
+  [[nodiscard]] std::string_view kernel_name(GgmlType type, std::size_t batch, std::size_t cols,
+                                             WeightLayout layout = WeightLayout::gguf) const;
+  [[nodiscard]] WeightLayout preferred_layout(GgmlType type) const { return infercast::preferred_layout(type, level_); }
 
  private:
-  const GemmKernel& select(GgmlType type, std::size_t batch, std::size_t cols) const;
+  const GemmKernel& select(GgmlType type, WeightLayout layout, std::size_t batch, std::size_t cols) const;
 
   ThreadPool pool_;
   IsaLevel level_;

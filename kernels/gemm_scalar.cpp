@@ -4,6 +4,7 @@
 
 #include "kernels/formats.h"
 #include "kernels/gemm_kernels.h"
+#include "kernels/interleave.h"
 
 namespace infercast {
 namespace {
@@ -39,9 +40,30 @@ void rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t*) 
   }
 }
 
+// The interleaved layout: each row decoded back to its GGUF bytes, then the reference dot.
+template <GgmlType T>
+void rows_x8(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t* scratch) {
+  const auto& f = format_info(T);
+  const std::size_t stride = act_row_bytes(T, c.cols);
+  for (std::size_t r = begin; r < end; ++r) {
+    copy_gguf_row(T, c.w, c.rows, c.cols, c.row_bytes, r, scratch);
+    for (std::size_t b = 0; b < c.batch; ++b) c.y[b * c.ldy + r] = f.dot(scratch, c.packed + b * stride, c.cols);
+  }
+}
+
+template <GgmlType T>
+std::size_t row_scratch(std::size_t cols) {
+  return format_info(T).row_bytes(cols);
+}
+
 template <GgmlType T>
 constexpr GemmKernel kernel() {
   return GemmKernel{"scalar", T, packed_bytes<T>, pack<T>, 1, rows<T>, 1, nullptr};
+}
+
+template <GgmlType T>
+constexpr GemmKernel x8_kernel() {
+  return GemmKernel{"scalar_x8", T, packed_bytes<T>, pack<T>, 1, rows_x8<T>, kInterleave, row_scratch<T>};
 }
 
 constexpr std::array kKernels = {
@@ -49,13 +71,22 @@ constexpr std::array kKernels = {
     kernel<GgmlType::q4_0>(), kernel<GgmlType::q4_k>(), kernel<GgmlType::q5_k>(), kernel<GgmlType::q6_k>(),
 };
 
-}  // namespace
+constexpr std::array kX8Kernels = {
+    x8_kernel<GgmlType::q8_0>(), x8_kernel<GgmlType::q4_0>(), x8_kernel<GgmlType::q4_k>(),
+    x8_kernel<GgmlType::q5_k>(), x8_kernel<GgmlType::q6_k>(),
+};
 
-const GemmKernel* scalar_gemm_kernel(GgmlType type) {
-  for (const auto& k : kKernels) {
+template <std::size_t N>
+const GemmKernel* find(const std::array<GemmKernel, N>& table, GgmlType type) {
+  for (const auto& k : table) {
     if (k.type == type) return &k;
   }
   return nullptr;
 }
+
+}  // namespace
+
+const GemmKernel* scalar_gemm_kernel(GgmlType type) { return find(kKernels, type); }
+const GemmKernel* scalar_x8_gemm_kernel(GgmlType type) { return find(kX8Kernels, type); }
 
 }  // namespace infercast

@@ -52,9 +52,16 @@ struct WeightSet {
   PageBuffer buffer;
   std::size_t matrix_bytes = 0;
   std::size_t copies = 0;
+  WeightLayout layout = WeightLayout::gguf;
+
+  [[nodiscard]] WeightView matrix(GgmlType type, Shape shape, std::size_t c) const {
+    WeightView v = make_weight_view(type, buffer.as<std::uint8_t>() + c * matrix_bytes, shape.rows, shape.cols);
+    v.layout = layout;
+    return v;
+  }
 };
 
-WeightSet make_weights(GgmlType type, Shape shape, std::size_t footprint) {
+WeightSet make_weights(GgmlType type, Shape shape, std::size_t footprint, WeightLayout layout) {
   const auto& f = format_info(type);
   const std::size_t row_bytes = f.row_bytes(shape.cols);
   WeightSet set;
@@ -67,6 +74,7 @@ WeightSet make_weights(GgmlType type, Shape shape, std::size_t footprint) {
   for (std::size_t r = 0; r < kDistinct; ++r) f.quantize(src.data() + r * shape.cols, rows.data() + r * row_bytes, shape.cols);
   auto* out = set.buffer.as<std::uint8_t>();
   for (std::size_t r = 0; r < shape.rows * set.copies; ++r) std::memcpy(out + r * row_bytes, rows.data() + (r % kDistinct) * row_bytes, row_bytes);
+  for (std::size_t c = 0; c < set.copies; ++c) set.layout = relayout(set.matrix(type, shape, c), out + c * set.matrix_bytes, layout).layout;
   return set;
 }
 
@@ -162,9 +170,19 @@ std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& o, const Cei
     for (GgmlType type : o.formats) {
       const auto& f = format_info(type);
       if (progress) progress(fmt::format("{} {}x{}: preparing weights", f.name, shape.rows, shape.cols), static_cast<double>(done) / static_cast<double>(total));
-      const WeightSet w = make_weights(type, shape, footprint);
+      // Each level multiplies the layout its kernels prefer (or the one asked for), as a
+      // loaded model would hold it; a set is built once per layout.
+      std::vector<WeightSet> sets;
+      const auto weights_in = [&](WeightLayout layout) -> const WeightSet& {
+        for (const WeightSet& s : sets) {
+          if (s.layout == layout) return s;
+        }
+        sets.push_back(make_weights(type, shape, footprint, layout));
+        return sets.back();
+      };
       for (std::size_t li = 0; li < o.levels.size(); ++li) {
         GemmContext& ctx = *contexts[li];
+        const WeightSet& w = weights_in(o.layout ? *o.layout : ctx.preferred_layout(type));
         for (std::size_t batch : o.batches) {
           ++done;
           // The scalar reference is there to be measured as GEMV; batched it would take minutes.
@@ -175,10 +193,7 @@ std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& o, const Cei
           }
           const auto pass = [&] {
             const double t0 = now_seconds();
-            for (std::size_t c = 0; c < w.copies; ++c) {
-              const WeightView view = make_weight_view(type, w.buffer.as<std::uint8_t>() + c * w.matrix_bytes, shape.rows, shape.cols);
-              ctx.gemm(view, x.data(), batch, y.data());
-            }
+            for (std::size_t c = 0; c < w.copies; ++c) ctx.gemm(w.matrix(type, shape, c), x.data(), batch, y.data());
             return (now_seconds() - t0) / static_cast<double>(w.copies);
           };
           pass();  // warm-up: page tables, scratch buffers, clocks
@@ -191,7 +206,7 @@ std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& o, const Cei
           KernelPoint p;
           p.type = type;
           p.level = o.levels[li];
-          p.kernel = std::string(ctx.kernel_name(type, batch, shape.cols));
+          p.kernel = std::string(ctx.kernel_name(type, batch, shape.cols, w.layout));
           p.batch = batch;
           p.shape = shape;
           p.threads = o.threads;

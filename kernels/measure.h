@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/blocks.h"
+#include "kernels/gemm.h"
 #include "probes/cpu_features.h"
 
 namespace infercast {
@@ -44,6 +45,7 @@ struct KernelSweepOptions {
   std::size_t footprint_bytes = 0;  // weights cycled per point; 0 = 4x the last-level cache
   double min_time = 0.3;            // seconds of timed passes per point
   int min_passes = 5;
+  std::optional<WeightLayout> layout;  // default: each level's preferred layout
 };
 
 // Default shapes: the attention/FFN projections of an 8B llama (4096 hidden, 14336 FFN).

@@ -118,7 +118,7 @@ TEST(Engine, LongPromptOnBf16TilesMatchesTheExactReference) {
   for (const char* quant : {"Q4_0", "Q4_K_M"}) {
     const Model& m = tiny_model(quant);
     const Engine probe(m, options(2, GgmlType::f32, 512));
-    if (probe.kernel_name(m.layers().front().wq.type, 160) != "amx_bf16") GTEST_SKIP() << "no AMX on this machine";
+    if (probe.kernel_name(m.layers().front().wq, 160) != "amx_bf16") GTEST_SKIP() << "no AMX on this machine";
     const auto tokens = prompt_tokens(160, m.config().vocab);
     const auto ref = reference_logits(m, tokens);
     const auto got = engine_logits(m, tokens);
@@ -145,16 +145,22 @@ TEST(Engine, Q8_0GreedyTokensMatchTheReferenceOver32Steps) {
     const std::vector<StepToken> one{{s, tokens.back(), true}};
     e.step(one, logits);
   }
-  // The reference quantizes activations to Q8_0 as the format defines (so does llama.cpp): on a
-  // random model the top two logits are often within the 8-bit activations' noise of each other.
+  // The reference quantizes activations to Q8_0 as the format defines (so does llama.cpp), on
+  // the engine's own tokens, so every step is judged alone. Float sums in another order can move
+  // one activation across a rounding edge of its 8-bit grid, which moves every logit by up to a
+  // few hundredths here; on a random model the top two are sometimes that close. So a pick may
+  // differ from the reference only in such a near-tie (within 1% of the top logit), at most twice.
   const auto ref = reference_logits(m, tokens, ReferenceMath::as_kernels);
+  int near_ties = 0;
   for (std::size_t p = 7; p + 1 < tokens.size(); ++p) {
     const float* r = &ref[p * static_cast<std::size_t>(vocab)];
-    std::vector<float> sorted(r, r + vocab);
-    std::sort(sorted.rbegin(), sorted.rend());
-    EXPECT_EQ(argmax(r, vocab), tokens[p + 1]) << "step " << p - 7 << " top two " << sorted[0] << " " << sorted[1]
-                                               << " engine's pick " << r[tokens[p + 1]];
+    const int best = argmax(r, vocab);
+    if (best == tokens[p + 1]) continue;
+    ++near_ties;
+    EXPECT_LE(r[best] - r[tokens[p + 1]], 0.01F * std::fabs(r[best]))
+        << "step " << p - 7 << ": reference's best " << r[best] << ", engine's pick " << r[tokens[p + 1]];
   }
+  EXPECT_LE(near_ties, 2);
 }
 
 TEST(Engine, BatchedDecodeGivesEachSequenceItsOwnLogits) {

@@ -9,6 +9,7 @@
 #include "kernel_test_data.h"
 #include "kernels/formats.h"
 #include "kernels/gemm.h"
+#include "kernels/interleave.h"
 #include "kernels/thread_pool.h"
 #include "probes/error.h"
 
@@ -45,7 +46,8 @@ std::vector<CpuFeatures> feature_variants() {
   return {host_cpu(), older};
 }
 
-Result run(const Case& c, IsaLevel level, unsigned threads, const CpuFeatures& features = host_cpu()) {
+Result run(const Case& c, IsaLevel level, unsigned threads, const CpuFeatures& features = host_cpu(),
+           WeightLayout layout = WeightLayout::gguf) {
   const auto& f = format_info(c.type);
   const std::vector<float> w = testing::pattern(c.pattern, c.rows * c.cols, static_cast<std::size_t>(f.block_elems) * 8 > c.cols ? c.cols : static_cast<std::size_t>(f.block_elems), 17 + c.rows);
   std::vector<float> x = testing::gaussian(c.batch * c.cols, 99 + c.batch);
@@ -71,9 +73,9 @@ Result run(const Case& c, IsaLevel level, unsigned threads, const CpuFeatures& f
     }
   }
   GemmContext ctx(threads, level, features);
-  const WeightView view = make_weight_view(c.type, q.data(), c.rows, c.cols);
+  const WeightView view = relayout(make_weight_view(c.type, q.data(), c.rows, c.cols), q.data(), layout);
   out.y.assign(c.batch * c.rows, NAN);
-  out.kernel = ctx.kernel_name(c.type, c.batch, c.cols);
+  out.kernel = ctx.kernel_name(c.type, c.batch, c.cols, view.layout);
   ctx.gemm(view, x.data(), c.batch, out.y.data());
   return out;
 }
@@ -90,18 +92,27 @@ float tolerance(const std::string& kernel, float magnitude) {
   return 2e-5F * magnitude + 1e-6F;
 }
 
+std::vector<WeightLayout> layouts_of(GgmlType type) {
+  if (!has_interleaved_layout(type)) return {WeightLayout::gguf};
+  return {WeightLayout::gguf, WeightLayout::interleaved8};
+}
+
 void check_all_levels(const Case& c) {
   const Result ref = run(c, IsaLevel::scalar, 1);
   for (IsaLevel level : supported_levels()) {
-    // Host features on one thread, the older-CPU variants on two: both splits, both variants.
-    for (unsigned variant = 0; variant < 2; ++variant) {
-      const unsigned threads = variant + 1;
-      const Result got = run(c, level, threads, feature_variants()[variant]);
-      const std::vector<float>& want = rounds_to_bf16(got.kernel) ? ref.exact : ref.y;
-      for (std::size_t i = 0; i < ref.y.size(); ++i) {
-        ASSERT_NEAR(got.y[i], want[i], tolerance(got.kernel, ref.magnitude[i]))
-            << format_info(c.type).name << " kernel " << got.kernel << " level " << to_string(level) << " rows "
-            << c.rows << " cols " << c.cols << " batch " << c.batch << " threads " << threads << " output " << i;
+    // Host features on one thread, the older-CPU variants on two: both splits, both variants;
+    // each in both layouts (the interleaved one runs its own kernels at every level).
+    for (const WeightLayout layout : layouts_of(c.type)) {
+      for (unsigned variant = 0; variant < 2; ++variant) {
+        const unsigned threads = variant + 1;
+        const Result got = run(c, level, threads, feature_variants()[variant], layout);
+        const std::vector<float>& want = rounds_to_bf16(got.kernel) ? ref.exact : ref.y;
+        for (std::size_t i = 0; i < ref.y.size(); ++i) {
+          ASSERT_NEAR(got.y[i], want[i], tolerance(got.kernel, ref.magnitude[i]))
+              << format_info(c.type).name << " kernel " << got.kernel << " level " << to_string(level) << " rows "
+              << c.rows << " cols " << c.cols << " batch " << c.batch << " threads " << threads << " layout "
+              << (layout == WeightLayout::gguf ? "gguf" : "interleaved8") << " output " << i;
+        }
       }
     }
   }
