@@ -1,5 +1,9 @@
-// AVX2 + FMA + F16C vector primitives (see vec.h). Tails run in scalar code.
+// AVX2 + FMA + F16C vector primitives (see vec.h). Tails run in scalar code, or under
+// vmaskmov masks where a loop must treat every element alike (softmax, SwiGLU).
 #include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "kernels/vec.h"
 
@@ -42,10 +46,160 @@ void axpy(float a, const T* x, float* y, std::size_t n) {
   for (; i < n; ++i) y[i] += a * scalar(x[i]);
 }
 
+// Lanes [0, left) set, for vmaskmov.
+inline __m256i tail_mask8(std::size_t left) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<std::size_t>(left, 8))), lane);
+}
+
+// Eight vectors of partial sums into one vector of their sums: element i = sum of v[i].
+inline __m256 sum8(const __m256 (&v)[8]) {
+  const __m256 a0 = _mm256_hadd_ps(v[0], v[1]);
+  const __m256 a1 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 a2 = _mm256_hadd_ps(v[4], v[5]);
+  const __m256 a3 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 b0 = _mm256_hadd_ps(a0, a1);  // per 128-bit half: sums 0..3, then 4..7 below
+  const __m256 b1 = _mm256_hadd_ps(a2, a3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
+}
+
+constexpr std::size_t kMaxBlockN = 256;  // head sizes up to this use the converted-block path
+
+// Scores of several query heads against up to 8 keys at a time: the keys converted to F32 once
+// into a block every head reads, and per head the eight dot products summed together by sum8
+// instead of one horizontal reduction each.
+template <class T>
+void dot_rows_heads(const T* rows, std::size_t stride, std::size_t count, const float* q, std::size_t heads,
+                    std::size_t n, float scale, float* out, std::size_t out_stride) {
+  if (n > kMaxBlockN || n % 8 != 0) {
+    dot_rows<T, dot<T>>(rows, stride, count, q, heads, n, scale, out, out_stride);
+    return;
+  }
+  const std::size_t chunks = n / 8;
+  alignas(32) float block[8 * kMaxBlockN];
+  const __m256 vscale = _mm256_set1_ps(scale);
+  for (std::size_t j0 = 0; j0 < count; j0 += 8) {
+    const std::size_t m = std::min<std::size_t>(8, count - j0);
+    for (std::size_t r = 0; r < 8; ++r) {
+      for (std::size_t c = 0; c < chunks; ++c) {
+        _mm256_store_ps(block + (r * chunks + c) * 8, r < m ? load8(rows + (j0 + r) * stride + 8 * c) : _mm256_setzero_ps());
+      }
+    }
+    for (std::size_t h = 0; h < heads; ++h) {
+      const float* qh = q + h * n;
+      __m256 acc[8];
+      for (auto& a : acc) a = _mm256_setzero_ps();
+      for (std::size_t c = 0; c < chunks; ++c) {
+        const __m256 qv = _mm256_loadu_ps(qh + 8 * c);
+        for (std::size_t r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(_mm256_load_ps(block + (r * chunks + c) * 8), qv, acc[r]);
+      }
+      alignas(32) float sums[8];
+      _mm256_store_ps(sums, _mm256_mul_ps(sum8(acc), vscale));
+      std::copy(sums, sums + m, out + h * out_stride + j0);
+    }
+  }
+}
+
+// y_h += sum_j w_h[j] * row j for H heads over 32 columns from c0: each row chunk is loaded (and
+// converted) once for H heads, the 4 x H accumulators stay in registers across the rows.
+template <class T, int H>
+void axpy_pass(const float* w, std::size_t w_stride, const T* rows, std::size_t stride, std::size_t count,
+               std::size_t n, std::size_t c0, float* y) {
+  __m256 acc[H][4];
+  for (int h = 0; h < H; ++h) {
+    for (std::size_t s = 0; s < 4; ++s) acc[h][s] = _mm256_loadu_ps(y + h * n + c0 + 8 * s);
+  }
+  for (std::size_t j = 0; j < count; ++j) {
+    __m256 v[4];
+    for (std::size_t s = 0; s < 4; ++s) v[s] = load8(rows + j * stride + c0 + 8 * s);
+    for (int h = 0; h < H; ++h) {
+      const __m256 wj = _mm256_set1_ps(w[h * w_stride + j]);
+      for (std::size_t s = 0; s < 4; ++s) acc[h][s] = _mm256_fmadd_ps(wj, v[s], acc[h][s]);
+    }
+  }
+  for (int h = 0; h < H; ++h) {
+    for (std::size_t s = 0; s < 4; ++s) _mm256_storeu_ps(y + h * n + c0 + 8 * s, acc[h][s]);
+  }
+}
+
+template <class T>
+void axpy_rows_heads(const float* w, std::size_t w_stride, const T* rows, std::size_t stride, std::size_t count,
+                     std::size_t heads, std::size_t n, float* y) {
+  if (n % 32 != 0) {
+    axpy_rows<T, axpy<T>>(w, w_stride, rows, stride, count, heads, n, y);
+    return;
+  }
+  for (std::size_t c0 = 0; c0 < n; c0 += 32) {
+    std::size_t h = 0;
+    for (; h + 2 <= heads; h += 2) axpy_pass<T, 2>(w + h * w_stride, w_stride, rows, stride, count, n, c0, y + h * n);
+    if (h < heads) axpy_pass<T, 1>(w + h * w_stride, w_stride, rows, stride, count, n, c0, y + h * n);
+  }
+}
+
+// exp on eight floats, as vec_avx512.cpp's exp16 (same reduction, same degree-6 polynomial,
+// at most 1.3 ulp over [-87, 0]); 2^k is built in the exponent field, k in [-126, 0] there.
+inline __m256 exp8(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3365F));
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504F)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375F), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4F), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4F);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3F));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3F));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2F));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1F));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1F));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0F)));
+  const __m256i two_k = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(two_k));
+}
+
+float hmax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+void softmax(float* x, std::size_t n) {
+  if (n == 0) return;
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  for (std::size_t i = 0; i < n; i += 8) {
+    const __m256i m = tail_mask8(n - i);
+    vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(x + i, m), _mm256_castsi256_ps(m)));
+  }
+  const __m256 max = _mm256_set1_ps(hmax(vmax));
+  __m256 sum = _mm256_setzero_ps();
+  for (std::size_t i = 0; i < n; i += 8) {
+    const __m256i m = tail_mask8(n - i);
+    const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), max)), _mm256_castsi256_ps(m));
+    _mm256_maskstore_ps(x + i, m, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  const __m256 inv = _mm256_set1_ps(1.0F / hsum(sum));
+  for (std::size_t i = 0; i < n; i += 8) {
+    const __m256i m = tail_mask8(n - i);
+    _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv));
+  }
+}
+
+// silu(g) = g / (1 + e^-g) with e = exp(-|g|), as vec_avx512.cpp's swiglu: g / (1 + e) for
+// g >= 0, g e / (1 + e) below, e taken as 0 beyond |g| = 87.3.
+void swiglu(float* gate, const float* up, std::size_t n) {
+  for (std::size_t i = 0; i < n; i += 8) {
+    const __m256i m = tail_mask8(n - i);
+    const __m256 g = _mm256_maskload_ps(gate + i, m);
+    const __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0F), g);
+    const __m256 e = _mm256_and_ps(_mm256_cmp_ps(a, _mm256_set1_ps(87.3F), _CMP_LE_OQ), exp8(_mm256_sub_ps(_mm256_setzero_ps(), a)));
+    const __m256 num = _mm256_blendv_ps(g, _mm256_mul_ps(g, e), _mm256_cmp_ps(g, _mm256_setzero_ps(), _CMP_LT_OQ));
+    const __m256 silu = _mm256_div_ps(num, _mm256_add_ps(_mm256_set1_ps(1.0F), e));
+    _mm256_maskstore_ps(gate + i, m, _mm256_mul_ps(silu, _mm256_maskload_ps(up + i, m)));
+  }
+}
+
 const VecOps kAvx2{"avx2", dot<float>, dot<std::uint16_t>, axpy<float>, axpy<std::uint16_t>,
-    dot_rows<float, dot<float>>, dot_rows<std::uint16_t, dot<std::uint16_t>>,
-    axpy_rows<float, axpy<float>>, axpy_rows<std::uint16_t, axpy<std::uint16_t>>, softmax_reference,
-    swiglu_reference};
+    dot_rows_heads<float>, dot_rows_heads<std::uint16_t>, axpy_rows_heads<float>, axpy_rows_heads<std::uint16_t>,
+    softmax, swiglu};
 
 }  // namespace
 
