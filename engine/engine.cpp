@@ -80,7 +80,19 @@ void Engine::gemm(const WeightView& w, const float* x, std::size_t batch, float*
   step_weight_bytes_ += bytes_of(w);
 }
 
+void Engine::gemm_shared(std::initializer_list<WeightView> ws, const float* x, std::size_t batch,
+                         std::initializer_list<float*> ys) {
+  const auto start = std::chrono::steady_clock::now();
+  ctx_.gemm_shared(std::span(ws.begin(), ws.size()), x, batch, std::span(ys.begin(), ys.size()));
+  step_gemm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const WeightView& w : ws) step_weight_bytes_ += bytes_of(w);
+}
+
 void Engine::parallel_for(std::size_t n, const std::function<void(std::size_t, std::size_t, unsigned)>& body) {
+  if (n == 1) {  // one token: not worth waking the team (the caller is member 0)
+    body(0, 1, 0);
+    return;
+  }
   const unsigned members = ctx_.threads();
   ctx_.pool().run([&](unsigned m) {
     const RowRange r = split_rows(n, 1, m, members);
@@ -139,9 +151,7 @@ void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits)
   for (int l = 0; l < cfg_.layers; ++l) {
     const LayerWeights& w = model_.layers()[static_cast<std::size_t>(l)];
     for (std::size_t t = 0; t < n; ++t) rms_norm(&x_[t * dim], w.attn_norm, &xn_[t * dim], dim, cfg_.norm_eps);
-    gemm(w.wq, xn_.data(), n, q_.data());
-    gemm(w.wk, xn_.data(), n, k_.data());
-    gemm(w.wv, xn_.data(), n, v_.data());
+    gemm_shared({w.wq, w.wk, w.wv}, xn_.data(), n, {q_.data(), k_.data(), v_.data()});
     for (std::size_t t = 0; t < n; ++t) {
       float* q = &q_[t * qd];
       float* k = &k_[t * kvd];
@@ -253,8 +263,7 @@ void Engine::feed_forward(const LayerWeights& w, std::size_t n) {
   const auto ffn = static_cast<std::size_t>(cfg_.ffn);
   gate_.resize(n * ffn);
   up_.resize(n * ffn);
-  gemm(w.gate, xn_.data(), n, gate_.data());
-  gemm(w.up, xn_.data(), n, up_.data());
+  gemm_shared({w.gate, w.up}, xn_.data(), n, {gate_.data(), up_.data()});
   parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) { vec_.swiglu(&gate_[begin * ffn], &up_[begin * ffn], (end - begin) * ffn); });
   gemm(w.down, gate_.data(), n, xn_.data());
   for (std::size_t i = 0; i < n * dim; ++i) x_[i] += xn_[i];

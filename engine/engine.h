@@ -12,6 +12,7 @@
 // a block table, so sequences of any lengths share one allocation and a finished sequence's
 // blocks go straight to the next one.
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <vector>
@@ -71,6 +72,8 @@ class Engine {
   };
 
   void gemm(const WeightView& w, const float* x, std::size_t batch, float* y);
+  // Matrices sharing one input: one activation packing and one start of the threads.
+  void gemm_shared(std::initializer_list<WeightView> ws, const float* x, std::size_t batch, std::initializer_list<float*> ys);
   std::uint8_t* kv_slot(int block, int layer, bool value, int slot);
   void attention(int layer, std::span<const StepToken> tokens, const std::vector<int>& positions);
   void feed_forward(const LayerWeights& w, std::size_t n);

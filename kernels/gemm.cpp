@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kernels/formats.h"
 #include "kernels/gemm_kernels.h"
 #include "kernels/interleave.h"
@@ -88,24 +90,82 @@ std::string_view GemmContext::kernel_name(GgmlType type, std::size_t batch, std:
 
 void GemmContext::gemm(const WeightView& w, const float* x, std::size_t ldx, std::size_t batch, float* y,
                        std::size_t ldy) {
-  validate_weights(w);
-  if (batch == 0) return;
-  const GemmKernel& k = select(w.type, w.layout, batch, w.cols);
-  GemmCall call{static_cast<const std::uint8_t*>(w.data), w.row_bytes, w.rows, w.cols, x, ldx, batch, y, ldy, nullptr};
-  const std::size_t packed = k.packed_bytes != nullptr ? k.packed_bytes(batch, w.cols) : 0;
-  if (packed > 0) call.packed = packed_.reserve(packed);
-  const std::size_t scratch = k.scratch_bytes != nullptr ? k.scratch_bytes(w.cols) : 0;
+  const Product p{&w, x, ldx, y, ldy};
+  run_products(std::span<const Product>(&p, 1), batch);
+}
+
+void GemmContext::gemm_shared(std::span<const WeightView> ws, const float* x, std::size_t batch,
+                              std::span<float* const> ys) {
+  if (ws.size() != ys.size()) throw UsageError("gemm_shared needs one output per matrix");
+  std::vector<Product> products;
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    if (ws[i].cols != ws.front().cols) throw UsageError("gemm_shared needs matrices of one row length");
+    products.push_back({&ws[i], x, ws[i].cols, ys[i], ws[i].rows});
+  }
+  run_products(products, batch);
+}
+
+// Every product's kernel, its call and the activation packing it reads. Products whose kernels
+// pack the same way (same function, same input) share one packed copy.
+void GemmContext::run_products(std::span<const Product> products, std::size_t batch) {
+  if (batch == 0 || products.empty()) return;
+  constexpr std::size_t kNoPacking = ~std::size_t{0};
+  struct Planned {
+    const GemmKernel* kernel;
+    GemmCall call;
+    std::size_t pack_slot;
+  };
+  std::vector<Planned> plan;
+  std::vector<std::size_t> slot_offsets;  // first planned product packing into each slot
+  std::size_t packed_total = 0;
+  std::size_t scratch = 0;
+  for (const Product& p : products) {
+    const WeightView& w = *p.w;
+    validate_weights(w);
+    const GemmKernel& k = select(w.type, w.layout, batch, w.cols);
+    GemmCall call{static_cast<const std::uint8_t*>(w.data), w.row_bytes, w.rows, w.cols, p.x, p.ldx, batch, p.y, p.ldy, nullptr};
+    std::size_t slot = kNoPacking;
+    if (k.packed_bytes != nullptr && k.packed_bytes(batch, w.cols) > 0) {
+      for (std::size_t s = 0; s < slot_offsets.size(); ++s) {
+        const Planned& first = plan[slot_offsets[s]];
+        if (first.kernel->pack == k.pack && first.call.x == p.x && first.call.ldx == p.ldx && first.call.cols == w.cols) slot = s;
+      }
+      if (slot == kNoPacking) {
+        slot = slot_offsets.size();
+        slot_offsets.push_back(plan.size());
+        packed_total += round_up(k.packed_bytes(batch, w.cols), 64);
+      }
+    }
+    if (k.scratch_bytes != nullptr) scratch = std::max(scratch, k.scratch_bytes(w.cols));
+    plan.push_back({&k, call, slot});
+  }
+  // Slots in order: each slot's packed bytes follow the previous slot's.
+  std::uint8_t* packed = packed_total > 0 ? packed_.reserve(packed_total) : nullptr;
+  std::vector<std::uint8_t*> slot_data;
+  for (std::size_t s = 0; s < slot_offsets.size(); ++s) {
+    const Planned& first = plan[slot_offsets[s]];
+    slot_data.push_back(packed);
+    packed += round_up(first.kernel->packed_bytes(batch, first.call.cols), 64);
+  }
+  for (Planned& p : plan) {
+    if (p.pack_slot != kNoPacking) p.call.packed = slot_data[p.pack_slot];
+  }
   for (auto& s : scratch_) s.reserve(scratch);
 
   const unsigned members = pool_.size();
   pool_.run([&](unsigned member) {
-    if (packed > 0) {
-      const RowRange a = split_rows(batch, k.pack_step, member, members);
-      if (a.begin < a.end) k.pack(call, a.begin, a.end);
+    if (!slot_offsets.empty()) {
+      for (std::size_t first : slot_offsets) {
+        const Planned& p = plan[first];
+        const RowRange a = split_rows(batch, p.kernel->pack_step, member, members);
+        if (a.begin < a.end) p.kernel->pack(p.call, a.begin, a.end);
+      }
       pool_.barrier();
     }
-    const RowRange r = split_rows(w.rows, k.row_step, member, members);
-    if (r.begin < r.end) k.rows(call, r.begin, r.end, scratch_[member].data());
+    for (const Planned& p : plan) {
+      const RowRange r = split_rows(p.call.rows, p.kernel->row_step, member, members);
+      if (r.begin < r.end) p.kernel->rows(p.call, r.begin, r.end, scratch_[member].data());
+    }
   });
 }
 

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -73,13 +74,27 @@ class GemmContext {
     gemm(w, x, w.cols, batch, y, w.rows);
   }
 
+  // Several matrices of the same row length against one input (a layer's Q, K and V; gate and
+  // up): the activations are quantized once per activation format and the threads started
+  // once; each matrix's rows are split between them as gemm() would. ys[i] gets batch rows
+  // of ws[i].rows outputs.
+  void gemm_shared(std::span<const WeightView> ws, const float* x, std::size_t batch, std::span<float* const> ys);
+
   // The name of the kernel gemm() would use, e.g. "avx512_vnni" or "amx_int8".
   [[nodiscard]] std::string_view kernel_name(GgmlType type, std::size_t batch, std::size_t cols,
                                              WeightLayout layout = WeightLayout::gguf) const;
   [[nodiscard]] WeightLayout preferred_layout(GgmlType type) const { return infercast::preferred_layout(type, level_); }
 
  private:
+  struct Product {
+    const WeightView* w;
+    const float* x;
+    std::size_t ldx;
+    float* y;
+    std::size_t ldy;
+  };
   const GemmKernel& select(GgmlType type, WeightLayout layout, std::size_t batch, std::size_t cols) const;
+  void run_products(std::span<const Product> products, std::size_t batch);
 
   ThreadPool pool_;
   IsaLevel level_;

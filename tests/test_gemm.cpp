@@ -187,6 +187,54 @@ TEST(GemmValidation, RejectsShapesTheFormatCannotHold) {
   EXPECT_THROW(ctx.gemm(WeightView{GgmlType::f32, nullptr, 1, 16, 64}, x.data(), 1, y.data()), UsageError);
 }
 
+// Matrices sharing one input give, each, exactly what a call of their own gives: the packed
+// activations are shared only between kernels that pack alike (Q4_K and Q6_K both take Q8_K),
+// and formats without packing (F16) read the floats.
+TEST(GemmShared, EachMatrixGetsWhatItsOwnCallGives) {
+  const std::size_t cols = 512;
+  const std::vector<GgmlType> types{GgmlType::q4_k, GgmlType::q6_k, GgmlType::f16, GgmlType::q8_0};
+  const std::vector<std::size_t> rows{40, 24, 19, 33};
+  std::vector<std::vector<std::uint8_t>> data;
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    const auto& f = format_info(types[i]);
+    const std::vector<float> w = testing::gaussian(rows[i] * cols, 40 + i, 0.02F);
+    data.emplace_back(f.row_bytes(cols) * rows[i]);
+    for (std::size_t r = 0; r < rows[i]; ++r) f.quantize(w.data() + r * cols, data[i].data() + r * f.row_bytes(cols), cols);
+  }
+  for (IsaLevel level : supported_levels()) {
+    for (std::size_t batch : {1U, 5U}) {
+      GemmContext ctx(2, level);
+      std::vector<WeightView> ws;
+      std::vector<std::vector<std::uint8_t>> copies = data;
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        const WeightView v = make_weight_view(types[i], copies[i].data(), rows[i], cols);
+        ws.push_back(relayout(v, copies[i].data(), ctx.preferred_layout(types[i])));
+      }
+      const std::vector<float> x = testing::gaussian(batch * cols, 3);
+      std::vector<std::vector<float>> shared(types.size()), alone(types.size());
+      std::vector<float*> outs;
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        shared[i].assign(batch * rows[i], NAN);
+        alone[i].assign(batch * rows[i], NAN);
+        outs.push_back(shared[i].data());
+        ctx.gemm(ws[i], x.data(), batch, alone[i].data());
+      }
+      ctx.gemm_shared(ws, x.data(), batch, outs);
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        EXPECT_EQ(shared[i], alone[i]) << format_info(types[i]).name << " level " << to_string(level) << " batch " << batch;
+      }
+    }
+  }
+  GemmContext ctx(1);
+  std::vector<float> x(cols), y(64);
+  const std::vector<WeightView> mixed{make_weight_view(GgmlType::f16, data[2].data(), 1, cols),
+                                      make_weight_view(GgmlType::f16, data[2].data(), 1, cols / 2)};
+  std::vector<float*> ys{y.data(), y.data() + 8};
+  EXPECT_THROW(ctx.gemm_shared(mixed, x.data(), 1, ys), UsageError);
+  ys.pop_back();
+  EXPECT_THROW(ctx.gemm_shared(mixed, x.data(), 1, ys), UsageError);
+}
+
 TEST(ThreadPool, SplitRowsCoversEveryRowOnceInSteps) {
   for (std::size_t rows : {0U, 1U, 15U, 16U, 17U, 4096U, 4097U}) {
     for (std::size_t step : {1U, 16U, 32U}) {
