@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 #include <limits>
 #include <system_error>
 
@@ -139,19 +141,31 @@ Model Model::from(GgufFile file) {
 }
 
 void Model::relayout_for(IsaLevel level) {
-  const auto relaid = [&](WeightView& w) {
+  std::vector<WeightView*> todo;
+  const auto consider = [&](WeightView& w) {
     if (w.data == nullptr || preferred_layout(w.type, level) == w.layout) return;
-    std::uint8_t* data = file_.writable(static_cast<const std::uint8_t*>(w.data));
-    if (data == nullptr) return;  // mapped: the file's layout serves every level
-    w = relayout(w, data, preferred_layout(w.type, level));
-    ++relaid_;
+    // Mapped weights keep the file's layout, which every level reads.
+    if (file_.writable(static_cast<const std::uint8_t*>(w.data)) != nullptr) todo.push_back(&w);
   };
   for (auto& l : layers_) {
     for (WeightView* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down, &l.router, &l.gate_exps, &l.up_exps, &l.down_exps}) {
-      relaid(*w);
+      consider(*w);
     }
   }
-  relaid(output_);
+  consider(output_);
+  // About 1 GB/s per core: matrices are dealt to one thread per core.
+  std::atomic<std::size_t> next{0};
+  const auto work = [&] {
+    for (std::size_t i = next++; i < todo.size(); i = next++) {
+      WeightView& w = *todo[i];
+      w = relayout(w, file_.writable(static_cast<const std::uint8_t*>(w.data)), preferred_layout(w.type, level));
+    }
+  };
+  std::vector<std::jthread> helpers;
+  for (unsigned t = 1; t < std::min<std::size_t>(host_topology().cores, todo.size()); ++t) helpers.emplace_back(work);
+  work();
+  helpers.clear();
+  relaid_ = todo.size();
 }
 
 std::uint64_t Model::active_weight_bytes_per_token() const {
