@@ -93,7 +93,6 @@ INFERCAST_INLINE void prefetch_block(const void* block) {
 
 // What the Q4_0 and Q8_0 kernels share: their activations, block size and tuning.
 struct Q8ActivationKernel {
-  static constexpr int kMaxNa = 4;
   static constexpr std::size_t kAhead = 3072;
   using Act = ActQ8_0;
   static constexpr std::size_t kElems = kQk;
@@ -210,8 +209,6 @@ INFERCAST_INLINE __m256i bit_to_fifth(__m256i v) {
 
 template <class Interleaved>
 struct K4x8 {
-  // Four activation rows need more accumulators than there are registers (half the speed).
-  static constexpr int kMaxNa = 2;
   static constexpr std::size_t kAhead = 1536;
   using X8 = Interleaved;
   static constexpr bool kFive = std::is_same_v<X8, BlockQ5_Kx8>;
@@ -219,54 +216,43 @@ struct K4x8 {
   static constexpr std::size_t kElems = kQkK;
   static std::size_t act_row(std::size_t cols) { return act_q8_k_row(cols); }
 
-  // Sub-blocks 2J and 2J+1 of every row: isum += scale x dot, in 32-bit lanes.
-  template <int J, int Na>
-  INFERCAST_INLINE static void chunk(const X8& w, const Act* const (&x)[Na], std::size_t s,
-                                     const std::uint8_t* scales, __m256i (&isum)[Na]) {
+  // Sub-block 2J+H of every row (the low nibbles of qs[J] for H = 0, the high ones for 1):
+  // isum += scale x dot, in 32-bit lanes. One sub-block at a time keeps Na x 2 accumulators
+  // in registers where a pair of sub-blocks spilled them.
+  template <int J, int H, int Na>
+  INFERCAST_INLINE static void sub_block(const X8& w, const Act* const (&x)[Na], std::size_t s,
+                                         const std::uint8_t* scales, __m256i (&isum)[Na]) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i ones = _mm256_set1_epi16(1);
     // Four-bit quants: eight products of 2 x 15 x 127 fit 16 bits; five-bit ones only four.
     constexpr int kFold = kFive ? 4 : 8;
-    __m256i lo32[Na];
-    __m256i hi32[Na];
-    __m256i lo16[Na];
-    __m256i hi16[Na];
+    __m256i sum32[Na];
+    __m256i sum16[Na];
     INFERCAST_UNROLL
-    for (int a = 0; a < Na; ++a) {
-      lo32[a] = hi32[a] = _mm256_setzero_si256();
-      lo16[a] = hi16[a] = _mm256_setzero_si256();
-    }
+    for (int a = 0; a < Na; ++a) sum32[a] = sum16[a] = _mm256_setzero_si256();
     INFERCAST_UNROLL
     for (int t = 0; t < 8; ++t) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[J][t]));
-      __m256i lo = _mm256_and_si256(v, m4);
-      __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      __m256i q = H == 0 ? _mm256_and_si256(v, m4) : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
       if constexpr (kFive) {
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh[t]));
-        lo = _mm256_or_si256(lo, bit_to_fifth<2 * J>(h));
-        hi = _mm256_or_si256(hi, bit_to_fifth<2 * J + 1>(h));
+        q = _mm256_or_si256(q, bit_to_fifth<2 * J + H>(
+                                   _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh[t]))));
       }
       INFERCAST_UNROLL
       for (int a = 0; a < Na; ++a) {
-        const std::int8_t* q = x[a][s].qs + 64 * J + 4 * t;
-        lo16[a] = _mm256_add_epi16(lo16[a], _mm256_maddubs_epi16(lo, broadcast4(q)));
-        hi16[a] = _mm256_add_epi16(hi16[a], _mm256_maddubs_epi16(hi, broadcast4(q + 32)));
+        sum16[a] = _mm256_add_epi16(
+            sum16[a], _mm256_maddubs_epi16(q, broadcast4(x[a][s].qs + 64 * J + 32 * H + 4 * t)));
         if (t % kFold == kFold - 1) {
-          lo32[a] = _mm256_add_epi32(lo32[a], _mm256_madd_epi16(lo16[a], ones));
-          hi32[a] = _mm256_add_epi32(hi32[a], _mm256_madd_epi16(hi16[a], ones));
-          lo16[a] = hi16[a] = _mm256_setzero_si256();
+          sum32[a] = _mm256_add_epi32(sum32[a], _mm256_madd_epi16(sum16[a], ones));
+          sum16[a] = _mm256_setzero_si256();
         }
       }
     }
-    const __m256i sc_lo =
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 16 * J)));
-    const __m256i sc_hi = _mm256_cvtepu8_epi32(
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 16 * J + 8)));
+    const __m256i sc = _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * (2 * J + H))));
     INFERCAST_UNROLL
-    for (int a = 0; a < Na; ++a) {
-      isum[a] = _mm256_add_epi32(isum[a], _mm256_add_epi32(_mm256_mullo_epi32(lo32[a], sc_lo),
-                                                           _mm256_mullo_epi32(hi32[a], sc_hi)));
-    }
+    for (int a = 0; a < Na; ++a)
+      isum[a] = _mm256_add_epi32(isum[a], _mm256_mullo_epi32(sum32[a], sc));
   }
 
   template <int Na>
@@ -297,10 +283,14 @@ struct K4x8 {
             _mm256_srli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(static_cast<char>(0xC0))), 2)));
     __m256i isum[Na];
     for (auto& v : isum) v = _mm256_setzero_si256();
-    chunk<0, Na>(w, x, s, sc, isum);
-    chunk<1, Na>(w, x, s, sc, isum);
-    chunk<2, Na>(w, x, s, sc, isum);
-    chunk<3, Na>(w, x, s, sc, isum);
+    sub_block<0, 0, Na>(w, x, s, sc, isum);
+    sub_block<0, 1, Na>(w, x, s, sc, isum);
+    sub_block<1, 0, Na>(w, x, s, sc, isum);
+    sub_block<1, 1, Na>(w, x, s, sc, isum);
+    sub_block<2, 0, Na>(w, x, s, sc, isum);
+    sub_block<2, 1, Na>(w, x, s, sc, isum);
+    sub_block<3, 0, Na>(w, x, s, sc, isum);
+    sub_block<3, 1, Na>(w, x, s, sc, isum);
     // Mins: sum over sub-blocks of min x (sum of the sub-block's activations), two sub-blocks
     // per vpmaddwd: rows' (min 2j, min 2j+1) against (sum 2j, sum 2j+1).
     __m256i mins[4];
@@ -339,7 +329,6 @@ struct K4x8 {
 // --- Q6_K -------------------------------------------------------------------------------------
 
 struct Q6_Kx8 {
-  static constexpr int kMaxNa = 4;
   static constexpr std::size_t kAhead = 1536;
   using X8 = BlockQ6_Kx8;
   using Act = BlockQ8_K;
@@ -450,8 +439,8 @@ void groups(const GemmCall& c, std::size_t r0, std::size_t stride, std::size_t b
   }
 }
 
-// Every output row: full groups of eight through K::block, activations K::kMaxNa (then two,
-// one) at a time, in blocks that stay in L2 while a thread's row groups pass over them. A GEMV
+// Every output row: full groups of eight through K::block, activations four (then two, one)
+// at a time, in blocks that stay in L2 while a thread's row groups pass over them. A GEMV
 // takes two groups at once from the two halves of the thread's rows: two streams keep more
 // DRAM requests in flight than one. Rows past the last full group are in the GGUF layout and
 // take the scalar tail.
@@ -470,9 +459,7 @@ void rows_x8(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t
       const std::size_t b1 = std::min(c.batch, b0 + block);
       for (std::size_t r = begin; r < full; r += kR) {
         std::size_t b = b0;
-        if constexpr (K::kMaxNa == 4) {
-          for (; b + 4 <= b1; b += 4) groups<K, 1, 4>(c, r, 0, b);
-        }
+        for (; b + 4 <= b1; b += 4) groups<K, 1, 4>(c, r, 0, b);
         for (; b + 2 <= b1; b += 2) groups<K, 1, 2>(c, r, 0, b);
         if (b < b1) groups<K, 1, 1>(c, r, 0, b);
       }
