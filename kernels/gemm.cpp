@@ -56,6 +56,19 @@ void validate_weights(const WeightView& w) {
   }
 }
 
+// One product as the threads run it: packed_at is its activations' offset in packed_, shared
+// by the products whose kernels pack alike; packers are the entries that do the packing.
+struct GemmContext::Plan {
+  static constexpr std::size_t kNoPacking = ~std::size_t{0};
+  struct Product {
+    const GemmKernel* kernel;
+    GemmCall call;
+    std::size_t packed_at;
+  };
+  std::vector<Product> products;
+  std::vector<std::size_t> packers;
+};
+
 GemmContext::GemmContext(unsigned threads, std::optional<IsaLevel> level)
     : GemmContext(threads, level ? level : std::optional<IsaLevel>(active_level()), host_cpu()) {}
 
@@ -63,7 +76,8 @@ GemmContext::GemmContext(unsigned threads, std::optional<IsaLevel> level, const 
     : pool_(threads == 0 ? 1 : threads),
       level_(choose_level(features, level)),
       features_(features),
-      scratch_(pool_.size()) {}
+      scratch_(pool_.size()),
+      plan_(std::make_unique<Plan>()) {}
 
 GemmContext::~GemmContext() = default;
 
@@ -97,72 +111,58 @@ void GemmContext::gemm(const WeightView& w, const float* x, std::size_t ldx, std
 void GemmContext::gemm_shared(std::span<const WeightView> ws, const float* x, std::size_t batch,
                               std::span<float* const> ys) {
   if (ws.size() != ys.size()) throw UsageError("gemm_shared needs one output per matrix");
-  std::vector<Product> products;
+  shared_.clear();
   for (std::size_t i = 0; i < ws.size(); ++i) {
     if (ws[i].cols != ws.front().cols) throw UsageError("gemm_shared needs matrices of one row length");
-    products.push_back({&ws[i], x, ws[i].cols, ys[i], ws[i].rows});
+    shared_.push_back({&ws[i], x, ws[i].cols, ys[i], ws[i].rows});
   }
-  run_products(products, batch);
+  run_products(shared_, batch);
 }
 
-// Every product's kernel, its call and the activation packing it reads. Products whose kernels
-// pack the same way (same function, same input) share one packed copy.
 void GemmContext::run_products(std::span<const Product> products, std::size_t batch) {
   if (batch == 0 || products.empty()) return;
-  constexpr std::size_t kNoPacking = ~std::size_t{0};
-  struct Planned {
-    const GemmKernel* kernel;
-    GemmCall call;
-    std::size_t pack_slot;
-  };
-  std::vector<Planned> plan;
-  std::vector<std::size_t> slot_offsets;  // first planned product packing into each slot
+  Plan& plan = *plan_;
+  plan.products.clear();
+  plan.packers.clear();
   std::size_t packed_total = 0;
   std::size_t scratch = 0;
   for (const Product& p : products) {
     const WeightView& w = *p.w;
     validate_weights(w);
     const GemmKernel& k = select(w.type, w.layout, batch, w.cols);
-    GemmCall call{static_cast<const std::uint8_t*>(w.data), w.row_bytes, w.rows, w.cols, p.x, p.ldx, batch, p.y, p.ldy, nullptr};
-    std::size_t slot = kNoPacking;
+    Plan::Product planned{&k, {static_cast<const std::uint8_t*>(w.data), w.row_bytes, w.rows, w.cols, p.x, p.ldx, batch, p.y, p.ldy, nullptr},
+                          Plan::kNoPacking};
     if (k.packed_bytes != nullptr && k.packed_bytes(batch, w.cols) > 0) {
-      for (std::size_t s = 0; s < slot_offsets.size(); ++s) {
-        const Planned& first = plan[slot_offsets[s]];
-        if (first.kernel->pack == k.pack && first.call.x == p.x && first.call.ldx == p.ldx && first.call.cols == w.cols) slot = s;
+      for (std::size_t first : plan.packers) {
+        const Plan::Product& f = plan.products[first];
+        if (f.kernel->pack == k.pack && f.call.x == p.x && f.call.ldx == p.ldx && f.call.cols == w.cols) planned.packed_at = f.packed_at;
       }
-      if (slot == kNoPacking) {
-        slot = slot_offsets.size();
-        slot_offsets.push_back(plan.size());
+      if (planned.packed_at == Plan::kNoPacking) {
+        planned.packed_at = packed_total;
+        plan.packers.push_back(plan.products.size());
         packed_total += round_up(k.packed_bytes(batch, w.cols), 64);
       }
     }
     if (k.scratch_bytes != nullptr) scratch = std::max(scratch, k.scratch_bytes(w.cols));
-    plan.push_back({&k, call, slot});
+    plan.products.push_back(planned);
   }
-  // Slots in order: each slot's packed bytes follow the previous slot's.
   std::uint8_t* packed = packed_total > 0 ? packed_.reserve(packed_total) : nullptr;
-  std::vector<std::uint8_t*> slot_data;
-  for (std::size_t s = 0; s < slot_offsets.size(); ++s) {
-    const Planned& first = plan[slot_offsets[s]];
-    slot_data.push_back(packed);
-    packed += round_up(first.kernel->packed_bytes(batch, first.call.cols), 64);
-  }
-  for (Planned& p : plan) {
-    if (p.pack_slot != kNoPacking) p.call.packed = slot_data[p.pack_slot];
+  for (Plan::Product& p : plan.products) {
+    if (p.packed_at != Plan::kNoPacking) p.call.packed = packed + p.packed_at;
   }
   for (auto& s : scratch_) s.reserve(scratch);
 
   const unsigned members = pool_.size();
   pool_.run([&](unsigned member) {
-    if (!slot_offsets.empty()) {
-      for (std::size_t first : slot_offsets) {
-        const Planned& p = plan[first];
+    if (!plan.packers.empty()) {
+      for (std::size_t first : plan.packers) {
+        const Plan::Product& p = plan.products[first];
         const RowRange a = split_rows(batch, p.kernel->pack_step, member, members);
         if (a.begin < a.end) p.kernel->pack(p.call, a.begin, a.end);
       }
       pool_.barrier();
     }
-    for (const Planned& p : plan) {
+    for (const Plan::Product& p : plan.products) {
       const RowRange r = split_rows(p.call.rows, p.kernel->row_step, member, members);
       if (r.begin < r.end) p.kernel->rows(p.call, r.begin, r.end, scratch_[member].data());
     }

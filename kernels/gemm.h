@@ -93,6 +93,7 @@ class GemmContext {
     float* y;
     std::size_t ldy;
   };
+  struct Plan;  // the products of one call as the threads run them (gemm.cpp)
   const GemmKernel& select(GgmlType type, WeightLayout layout, std::size_t batch, std::size_t cols) const;
   void run_products(std::span<const Product> products, std::size_t batch);
 
@@ -101,6 +102,9 @@ class GemmContext {
   CpuFeatures features_;
   AlignedBuffer packed_;                // activations in the kernel's format
   std::vector<AlignedBuffer> scratch_;  // per thread, e.g. decoded AMX tiles
+  // Reused by every call, so a decode step allocates nothing.
+  std::vector<Product> shared_;
+  std::unique_ptr<Plan> plan_;
 };
 
 // Checks the shape against the format (block multiple, row bytes) and throws UsageError with a

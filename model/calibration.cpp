@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <stdexcept>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "engine/generate.h"
@@ -339,6 +339,16 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
   const auto report = [&](const std::string& what, double f) {
     if (progress) progress(what, f);
   };
+  // The calibration model is written there after minutes of kernel sweeps: refuse a directory
+  // that cannot be made before any of them.
+  if (o.engine) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.work_dir, ec);
+    if (ec || !std::filesystem::is_directory(o.work_dir)) {
+      throw UsageError(fmt::format("--work-dir '{}' is not a directory this process can create: {}", o.work_dir,
+                                   ec ? ec.message() : "a file is in the way"));
+    }
+  }
   Calibration c;
   c.measured_at = utc_timestamp();
   c.threads = o.threads;

@@ -265,4 +265,10 @@ TEST(CliForecast, BadInputExitsWithStatusTwo) {
   expect_usage_error("predict --model llama-2-7b --hardware " + junk.string(), "not valid JSON");
   expect_usage_error("validate --profile " + junk.string(), "not valid JSON");
   fs::remove(junk);
+  // A work directory that cannot exist is refused before minutes of kernel sweeps.
+  const fs::path profile = write_profile("calibrate-profile", R"({"schema": "infercast.profile/1",
+    "summary": {"dram_read_gbs": 20.0, "peak_fp32_gflops": 200.0},
+    "topology": {"total_memory_bytes": 25000000000, "available_memory_bytes": 20000000000, "cores": 2}})");
+  expect_usage_error("calibrate --profile " + profile.string() + " --work-dir " + profile.string() + "/models", "--work-dir");
+  fs::remove(profile);
 }
