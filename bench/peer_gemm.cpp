@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,7 +104,26 @@ double ours(const Args& a, GgmlType type, std::size_t batch, std::string& kernel
   return 2.0 * double(a.rows) * double(a.cols) * double(batch) / s / 1e9;
 }
 
-double onednn(const Args& a, dnnl::memory::data_type dt, std::size_t batch) {
+// oneDNN's GOPS and the implementation it chose (e.g. "brg:avx512_core_amx"); nullopt where it
+// has none for this data type on this CPU (bf16 without AVX-512, say).
+struct Peer {
+  std::optional<double> gops;
+  std::string impl;
+};
+
+double onednn_gops(const Args& a, dnnl::memory::data_type dt, std::size_t batch, std::string& impl);
+
+Peer onednn(const Args& a, dnnl::memory::data_type dt, std::size_t batch) {
+  Peer p;
+  try {
+    p.gops = onednn_gops(a, dt, batch, p.impl);
+  } catch (const dnnl::error& e) {
+    p.impl = fmt::format("none ({})", e.what());
+  }
+  return p;
+}
+
+double onednn_gops(const Args& a, dnnl::memory::data_type dt, std::size_t batch, std::string& impl) {
   using namespace dnnl;
   engine eng(engine::kind::cpu, 0);
   stream strm(eng);
@@ -115,6 +135,7 @@ double onednn(const Args& a, dnnl::memory::data_type dt, std::size_t batch) {
   const memory::desc w_any({K, N}, dt, memory::format_tag::any);
   const memory::desc dst_md({M, N}, int8 ? memory::data_type::s32 : memory::data_type::f32, memory::format_tag::ab);
   const matmul::primitive_desc pd(matmul::desc(src_md, w_any, dst_md), eng);
+  impl = pd.impl_info_str();
   const matmul prim(pd);
   const std::size_t elem = int8 ? 1 : 2;
   // Weights as the kernels store them: N rows of K, i.e. K x N with tag ba; oneDNN repacks them
@@ -180,20 +201,30 @@ int main(int argc, char** argv) {
   fmt::print("shape {}x{} (rows x cols), {} threads, weights cycled over {} MiB, ISA level {}\n", a.rows, a.cols, a.threads,
              a.footprint >> 20, infercast::to_string(infercast::active_level()));
   fmt::print("{:>5}  {:<28} {:>10}  {:<26} {:>10} {:>7}\n", "batch", "infercast", "GOPS", "peer", "GOPS", "ratio");
+  const auto row = [](std::size_t batch, const std::string& what, double g, const std::string& peer, const Peer& p) {
+    if (p.gops) {
+      fmt::print("{:>5}  {:<28} {:>10.1f}  {:<26} {:>10.1f} {:>7.2f}\n", batch, what, g, peer, *p.gops, g / *p.gops);
+    } else {
+      fmt::print("{:>5}  {:<28} {:>10.1f}  {:<26} {:>10} {:>7}\n", batch, what, g, peer, "n/a", "n/a");
+    }
+  };
+  std::vector<std::string> impls;
   for (std::size_t batch : a.batches) {
     std::string k;
     const double bf16 = ours(a, GgmlType::bf16, batch, k);
-    const double dn_bf16 = onednn(a, dnnl::memory::data_type::bf16, batch);
-    fmt::print("{:>5}  {:<28} {:>10.1f}  {:<26} {:>10.1f} {:>7.2f}\n", batch, "BF16 (" + k + ")", bf16, "oneDNN matmul bf16", dn_bf16, bf16 / dn_bf16);
-    const double dn_s8 = onednn(a, dnnl::memory::data_type::s8, batch);
+    const Peer dn_bf16 = onednn(a, dnnl::memory::data_type::bf16, batch);
+    row(batch, "BF16 (" + k + ")", bf16, "oneDNN matmul bf16", dn_bf16);
+    const Peer dn_s8 = onednn(a, dnnl::memory::data_type::s8, batch);
     for (GgmlType t : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k}) {
       const double g = ours(a, t, batch, k);
-      fmt::print("{:>5}  {:<28} {:>10.1f}  {:<26} {:>10.1f} {:>7.2f}\n", batch,
-                 std::string(infercast::format_info(t).name) + " (" + k + ")", g, "oneDNN matmul s8s8s32", dn_s8, g / dn_s8);
+      row(batch, std::string(infercast::format_info(t).name) + " (" + k + ")", g, "oneDNN matmul s8s8s32", dn_s8);
     }
+    impls.push_back(fmt::format("batch {}: bf16 {}; s8 {}", batch, dn_bf16.impl, dn_s8.impl));
     const double f32 = ours(a, GgmlType::f32, batch, k);
     const double ob = openblas(a, batch);
-    fmt::print("{:>5}  {:<28} {:>10.1f}  {:<26} {:>10.1f} {:>7.2f}\n", batch, "F32 (" + k + ")", f32, "OpenBLAS sgemm", ob, f32 / ob);
+    row(batch, "F32 (" + k + ")", f32, "OpenBLAS sgemm", Peer{ob, "openblas"});
   }
+  // Which oneDNN implementation ran: a reference one ("ref:any") would be no fair peer.
+  for (const auto& i : impls) fmt::print("oneDNN {}\n", i);
   return 0;
 }

@@ -62,6 +62,7 @@ void print_points(const std::vector<KernelPoint>& points, const Ceilings& c) {
   fmt::print("infercast kernels — roofline ceilings: DRAM {:.1f} GB/s", c.dram_read_gbs);
   if (c.amx_int8_gops) fmt::print(", AMX INT8 {:.0f} GOPS", *c.amx_int8_gops);
   if (c.int8_vnni_gops) fmt::print(", VNNI {:.0f} GOPS", *c.int8_vnni_gops);
+  if (c.int8_avx2_gops) fmt::print(", AVX2 INT8 {:.0f} GOPS", *c.int8_avx2_gops);
   if (c.fp32_gflops) fmt::print(", FP32 {:.0f} GFLOPS", *c.fp32_gflops);
   fmt::print("\n\n  {:<6} {:<7} {:<13} {:>12} {:>5} {:>9} {:>9} {:>8} {:>9}\n", "format", "isa", "kernel", "shape", "batch",
              "GB/s", "GOPS", "bound", "roofline");

@@ -67,6 +67,7 @@ void print_table(const nlohmann::json& profile) {
       {"core clock (dependent adds)", cell(s["core_ghz"], "GHz", 2)},
       {"peak FP32 FMA", cell(s["peak_fp32_gflops"], "GFLOPS")},
       {"peak BF16 dot (AVX-512)", cell(s["peak_bf16_gflops"], "GFLOPS")},
+      {"peak INT8 AVX2 (vpmaddubsw)", cell(s["peak_int8_avx2_gops"], "GOPS")},
       {"peak INT8 VNNI", cell(s["peak_int8_vnni_gops"], "GOPS")},
       {"peak AMX INT8", cell(s["peak_amx_int8_gops"], "GOPS")},
       {"peak AMX BF16", cell(s["peak_amx_bf16_gflops"], "GFLOPS")},

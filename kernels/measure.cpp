@@ -33,7 +33,8 @@ std::vector<float> gaussian_vector(std::size_t n, std::uint64_t seed, float sigm
 }
 
 // Compute ceiling of the kernel that ran: the probe's peak for that instruction family. AVX2
-// kernels get half the AVX-512 peaks (same ports, half the vector width).
+// kernels without VNNI get the measured vpmaddubsw peak; otherwise AVX2 kernels get half the
+// AVX-512 peaks (same ports, half the vector width).
 std::optional<double> compute_ceiling(const Ceilings& c, GgmlType type, std::string_view kernel) {
   const bool integer = format_info(type).activation != GgmlType::f32;
   const auto halve = [](std::optional<double> v) { return v ? std::optional<double>(*v / 2) : std::nullopt; };
@@ -41,7 +42,11 @@ std::optional<double> compute_ceiling(const Ceilings& c, GgmlType type, std::str
   if (kernel == "amx_bf16") return c.amx_bf16_gflops;
   if (kernel == "avx512_bf16") return c.bf16_gflops;
   if (kernel.starts_with("avx512")) return integer ? c.int8_vnni_gops : c.fp32_gflops;
-  if (kernel.starts_with("avx2")) return integer ? halve(c.int8_vnni_gops) : halve(c.fp32_gflops);
+  if (kernel.starts_with("avx2_vnni")) return halve(c.int8_vnni_gops);
+  if (kernel.starts_with("avx2")) {
+    if (!integer) return halve(c.fp32_gflops);
+    return c.int8_avx2_gops ? c.int8_avx2_gops : halve(c.int8_vnni_gops);
+  }
   return std::nullopt;
 }
 
@@ -98,6 +103,7 @@ Ceilings ceilings_from_profile(const nlohmann::json& profile) {
                   number_at(s, "peak_fp32_gflops"),
                   number_at(s, "peak_bf16_gflops"),
                   number_at(s, "peak_int8_vnni_gops"),
+                  number_at(s, "peak_int8_avx2_gops"),
                   number_at(s, "peak_amx_int8_gops"),
                   number_at(s, "peak_amx_bf16_gflops")};
 }

@@ -23,6 +23,7 @@ struct Ceilings {
   std::optional<double> fp32_gflops;
   std::optional<double> bf16_gflops;
   std::optional<double> int8_vnni_gops;
+  std::optional<double> int8_avx2_gops;  // vpmaddubsw, the AVX2 kernels without VNNI
   std::optional<double> amx_int8_gops;
   std::optional<double> amx_bf16_gflops;
 };

@@ -101,8 +101,10 @@ Hardware parse_profile(const nlohmann::json& profile, const std::string& origin)
   h.stream_gbs = h.bandwidth_gbs;
   h.peak_fp32_gflops = number_or(s, "peak_fp32_gflops", 0);
   h.peak_bf16_gflops = number_or(s, "peak_amx_bf16_gflops", number_or(s, "peak_bf16_gflops", h.peak_fp32_gflops));
-  h.peak_int8_gops = number_or(s, "peak_amx_int8_gops", number_or(s, "peak_int8_vnni_gops", h.peak_fp32_gflops));
-  h.peak_vector_int8_gops = number_or(s, "peak_int8_vnni_gops", h.peak_int8_gops);
+  // The best INT8 path this machine has: AMX tiles, else VNNI, else AVX2's vpmaddubsw.
+  const double vector_int8 = number_or(s, "peak_int8_vnni_gops", number_or(s, "peak_int8_avx2_gops", h.peak_fp32_gflops));
+  h.peak_int8_gops = number_or(s, "peak_amx_int8_gops", vector_int8);
+  h.peak_vector_int8_gops = vector_int8;
   h.base_ghz = number_or(s, "core_ghz", 0);
   std::string brand = "this machine";
   if (profile.contains("cpu") && profile.at("cpu").is_object()) {

@@ -29,6 +29,8 @@ const std::vector<KernelSpec>& specs() {
       {"fp32_fma_avx2", "GFLOPS", IsaLevel::avx2,
        [](const CpuFeatures& c) { return c.avx2 && c.fma; }, kernels_avx2::kFmaOpsPerIteration,
        kernels_avx2::fp32_fma, nullptr},
+      {"int8_avx2", "GOPS", IsaLevel::avx2, [](const CpuFeatures& c) { return c.avx2; },
+       kernels_avx2::kInt8OpsPerIteration, kernels_avx2::int8_avx2, nullptr},
       {"int8_avx_vnni", "GOPS", IsaLevel::avx2, [](const CpuFeatures& c) { return c.avx_vnni; },
        kernels_avx2::kVnniOpsPerIteration, kernels_avx2::int8_avx_vnni, nullptr},
       {"fp32_fma_avx512", "GFLOPS", IsaLevel::avx512,

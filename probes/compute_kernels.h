@@ -13,7 +13,9 @@ inline constexpr std::uint64_t kMaxComputeIterations = 1ULL << 22;
 namespace kernels_avx2 {
 inline constexpr double kFmaOpsPerIteration = 12 * 8 * 2;   // 12 ymm FMAs
 inline constexpr double kVnniOpsPerIteration = 12 * 32 * 2;  // 12 ymm vpdpbusd (AVX-VNNI)
+inline constexpr double kInt8OpsPerIteration = 10 * 32 * 2;  // 10 ymm vpmaddubsw + vpaddw
 bool fp32_fma(std::uint64_t iterations);
+bool int8_avx2(std::uint64_t iterations);
 bool int8_avx_vnni(std::uint64_t iterations);
 }  // namespace kernels_avx2
 

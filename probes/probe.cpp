@@ -245,6 +245,7 @@ json summarize(const ProbeResults& r) {
   s["peak_fp32_gflops"] = or_null(peak_at_all_cores(r, {"fp32_fma_avx512", "fp32_fma_avx2"}));
   s["peak_bf16_gflops"] = or_null(peak_at_all_cores(r, {"bf16_dot_avx512"}));
   s["peak_int8_vnni_gops"] = or_null(peak_at_all_cores(r, {"int8_vnni_avx512", "int8_avx_vnni"}));
+  s["peak_int8_avx2_gops"] = or_null(peak_at_all_cores(r, {"int8_avx2"}));
   s["peak_amx_int8_gops"] = or_null(peak_at_all_cores(r, {"amx_int8"}));
   s["peak_amx_bf16_gflops"] = or_null(peak_at_all_cores(r, {"amx_bf16"}));
   s["best_threads_for_bandwidth"] = read_gbs ? json(read_threads) : json(nullptr);

@@ -10,6 +10,8 @@ TEST(Compute, EveryAvailableKernelChecksItsResult) {
   const IsaLevel best = max_supported_level(cpu);
   if (best >= IsaLevel::avx2) {
     EXPECT_TRUE(kernels_avx2::fp32_fma(1000));
+    EXPECT_TRUE(kernels_avx2::int8_avx2(1000));
+    EXPECT_TRUE(kernels_avx2::int8_avx2(40000));  // past 2^16 / 2: the 16-bit lanes wrap, as checked
     if (cpu.avx_vnni) {
       EXPECT_TRUE(kernels_avx2::int8_avx_vnni(1000));
     }
