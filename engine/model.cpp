@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <exception>
 #include <filesystem>
-#include <thread>
 #include <limits>
+#include <mutex>
 #include <system_error>
+#include <thread>
 
 #include "kernels/formats.h"
 #include "probes/error.h"
@@ -155,16 +157,25 @@ void Model::relayout_for(IsaLevel level) {
   consider(output_);
   // About 1 GB/s per core: matrices are dealt to one thread per core.
   std::atomic<std::size_t> next{0};
+  std::exception_ptr failed;
+  std::mutex failed_lock;
   const auto work = [&] {
-    for (std::size_t i = next++; i < todo.size(); i = next++) {
-      WeightView& w = *todo[i];
-      w = relayout(w, file_.writable(static_cast<const std::uint8_t*>(w.data)), preferred_layout(w.type, level));
+    try {
+      for (std::size_t i = next++; i < todo.size(); i = next++) {
+        WeightView& w = *todo[i];
+        w = relayout(w, file_.writable(static_cast<const std::uint8_t*>(w.data)), preferred_layout(w.type, level));
+      }
+    } catch (...) {  // rethrown below, on the loading thread
+      const std::lock_guard lock(failed_lock);
+      failed = std::current_exception();
+      next = todo.size();
     }
   };
   std::vector<std::jthread> helpers;
   for (unsigned t = 1; t < std::min<std::size_t>(host_topology().cores, todo.size()); ++t) helpers.emplace_back(work);
   work();
   helpers.clear();
+  if (failed) std::rethrow_exception(failed);
   relaid_ = todo.size();
 }
 

@@ -76,7 +76,7 @@ class Model {
   [[nodiscard]] std::uint64_t weight_bytes() const { return weight_bytes_; }
   [[nodiscard]] std::uint64_t active_weight_bytes_per_token() const;
   [[nodiscard]] std::uint64_t parameters() const { return parameters_; }
-  // Matrices rewritten into another layout than the file's at load, and the layout.
+  // How many matrices were rewritten at load into another layout than the file's.
   [[nodiscard]] std::size_t relaid_matrices() const { return relaid_; }
   // Token embedding row `token` as floats; reads the output head when the two are tied and
   // the head was rewritten.
