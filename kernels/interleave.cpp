@@ -58,11 +58,13 @@ void unpack_k4(const Block& b, Unpacked& u) {
   for (int j = 0; j < 8; ++j) unpack_scale_min_k4(j, b.scales, u.scale[j], u.min[j]);
   for (int j = 0; j < 4; ++j) {
     for (int l = 0; l < 32; ++l) {
-      u.q[64 * j + l] = b.qs[32 * j + l] & 0xF;
-      u.q[64 * j + 32 + l] = b.qs[32 * j + l] >> 4;
+      u.q[64 * j + l] = static_cast<std::uint8_t>(b.qs[32 * j + l] & 0xF);
+      u.q[64 * j + 32 + l] = static_cast<std::uint8_t>(b.qs[32 * j + l] >> 4);
       if constexpr (std::is_same_v<Block, BlockQ5_K>) {
-        u.q[64 * j + l] |= ((b.qh[l] >> (2 * j)) & 1) << 4;
-        u.q[64 * j + 32 + l] |= ((b.qh[l] >> (2 * j + 1)) & 1) << 4;
+        u.q[64 * j + l] =
+            static_cast<std::uint8_t>(u.q[64 * j + l] | ((b.qh[l] >> (2 * j)) & 1) << 4);
+        u.q[64 * j + 32 + l] =
+            static_cast<std::uint8_t>(u.q[64 * j + 32 + l] | ((b.qh[l] >> (2 * j + 1)) & 1) << 4);
       }
     }
   }
