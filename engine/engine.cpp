@@ -73,12 +73,7 @@ std::uint8_t* Engine::kv_slot(int block, int layer, bool value, int slot) {
   return kv_pool_.data() + static_cast<std::size_t>(block) * kv_block_bytes_ + row * static_cast<std::size_t>(cfg_.kv_dim()) * kv_elem_bytes_;
 }
 
-void Engine::gemm(const WeightView& w, const float* x, std::size_t batch, float* y) {
-  const auto start = std::chrono::steady_clock::now();
-  ctx_.gemm(w, x, batch, y);
-  step_gemm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  step_weight_bytes_ += bytes_of(w);
-}
+void Engine::gemm(const WeightView& w, const float* x, std::size_t batch, float* y) { gemm_shared({w}, x, batch, {y}); }
 
 void Engine::gemm_shared(std::initializer_list<WeightView> ws, const float* x, std::size_t batch,
                          std::initializer_list<float*> ys) {

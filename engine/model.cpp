@@ -207,7 +207,7 @@ void Model::embedding_row(int token, float* out) const {
   const auto& f = format_info(embedding_->type);
   const auto r = static_cast<std::size_t>(token);
   if (output_.data == embedding_->data && output_.layout != WeightLayout::gguf) {
-    std::vector<std::uint8_t> row;
+    thread_local std::vector<std::uint8_t> row;  // a row per token per step: reuse the buffer
     f.dequantize(gguf_row(output_, r, row), out, cols);
     return;
   }

@@ -1,5 +1,6 @@
 // The scalar reference kernels: activations quantized by the reference quantizers, each output
 // the reference dot product. Slow on purpose: plain code every SIMD path is checked against.
+#include <algorithm>
 #include <array>
 
 #include "kernels/formats.h"
@@ -40,20 +41,26 @@ void rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t*) 
   }
 }
 
-// The interleaved layout: each row decoded back to its GGUF bytes, then the reference dot.
+// The interleaved layout: each group of eight rows decoded back to its GGUF bytes once, then
+// the reference dot of every row.
 template <GgmlType T>
 void rows_x8(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t* scratch) {
   const auto& f = format_info(T);
   const std::size_t stride = act_row_bytes(T, c.cols);
-  for (std::size_t r = begin; r < end; ++r) {
-    copy_gguf_row(T, c.w, c.rows, c.cols, c.row_bytes, r, scratch);
-    for (std::size_t b = 0; b < c.batch; ++b) c.y[b * c.ldy + r] = f.dot(scratch, c.packed + b * stride, c.cols);
+  for (std::size_t r0 = begin; r0 < end; r0 += kInterleave) {
+    const std::size_t n = std::min<std::size_t>(kInterleave, end - r0);
+    copy_gguf_rows(T, c.w, c.rows, c.cols, c.row_bytes, r0, n, scratch);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t b = 0; b < c.batch; ++b) {
+        c.y[b * c.ldy + r0 + i] = f.dot(scratch + i * c.row_bytes, c.packed + b * stride, c.cols);
+      }
+    }
   }
 }
 
 template <GgmlType T>
-std::size_t row_scratch(std::size_t cols) {
-  return format_info(T).row_bytes(cols);
+std::size_t group_scratch(std::size_t cols) {
+  return kInterleave * format_info(T).row_bytes(cols);
 }
 
 template <GgmlType T>
@@ -63,7 +70,7 @@ constexpr GemmKernel kernel() {
 
 template <GgmlType T>
 constexpr GemmKernel x8_kernel() {
-  return GemmKernel{"scalar_x8", T, packed_bytes<T>, pack<T>, 1, rows_x8<T>, kInterleave, row_scratch<T>};
+  return GemmKernel{"scalar_x8", T, packed_bytes<T>, pack<T>, 1, rows_x8<T>, kInterleave, group_scratch<T>};
 }
 
 constexpr std::array kKernels = {

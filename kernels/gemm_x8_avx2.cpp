@@ -99,6 +99,18 @@ struct Q8ActivationKernel {
   static std::size_t act_row(std::size_t cols) { return act_q8_0_row(cols); }
 };
 
+// acc += dot x (the eight rows' fp16 scales x each activation row's float scale), per row lane.
+template <class Act, int Na>
+INFERCAST_INLINE void add_scaled(const __m256i (&dot)[Na], const std::uint16_t* d,
+                                 const Act* const (&x)[Na], std::size_t b, __m256 (&acc)[Na]) {
+  const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(d)));
+  INFERCAST_UNROLL
+  for (int a = 0; a < Na; ++a) {
+    acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[a]),
+                             _mm256_mul_ps(dw, _mm256_set1_ps(x[a][b].d)), acc[a]);
+  }
+}
+
 // --- Q4_0 -------------------------------------------------------------------------------------
 
 struct Q4_0x8 : Q8ActivationKernel {
@@ -173,12 +185,7 @@ struct Q8_0x8 : Q8ActivationKernel {
         dot[a] = _mm256_add_epi32(dot[a], _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones));
       }
     }
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d)));
-    INFERCAST_UNROLL
-    for (int a = 0; a < Na; ++a) {
-      acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot[a]),
-                               _mm256_mul_ps(dw, _mm256_set1_ps(x[a][b].d)), acc[a]);
-    }
+    add_scaled(dot, w.d, x, b, acc);
   }
 
   static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
@@ -399,12 +406,7 @@ struct Q6_Kx8 {
       sub_block<0, Na>(w, u, x, s, offsets, isum);
       sub_block<1, Na>(w, u, x, s, offsets, isum);
     }
-    const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d)));
-    INFERCAST_UNROLL
-    for (int a = 0; a < Na; ++a) {
-      acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[a]),
-                               _mm256_mul_ps(dw, _mm256_set1_ps(x[a][s].d)), acc[a]);
-    }
+    add_scaled(isum, w.d, x, s, acc);
   }
 
   static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {

@@ -1,5 +1,6 @@
 #include "kernels/interleave.h"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -307,12 +308,13 @@ void interleave_as(std::uint8_t* data, std::size_t rows, std::size_t cols, std::
   }
 }
 
+// Rows [r, r + n) of one group of eight (or of the GGUF tail), each block of the group read once.
 template <class Block, class X8>
-void copy_row_as(const std::uint8_t* data, std::size_t rows, std::size_t cols,
-                 std::size_t row_bytes, std::size_t r, std::uint8_t* out) {
+void copy_rows_as(const std::uint8_t* data, std::size_t rows, std::size_t cols,
+                  std::size_t row_bytes, std::size_t r, std::size_t n, std::uint8_t* out) {
   const std::size_t g = r / kR * kR;
   if (g + kR > rows) {
-    std::memcpy(out, data + r * row_bytes, row_bytes);
+    std::memcpy(out, data + r * row_bytes, n * row_bytes);
     return;
   }
   const std::size_t blocks = cols / elements_of<Block>();
@@ -322,9 +324,11 @@ void copy_row_as(const std::uint8_t* data, std::size_t rows, std::size_t cols,
     X8 x8;
     std::memcpy(&x8, in + b, sizeof(X8));
     read_x8(x8, u);
-    Block dst{};
-    pack(u[r - g], dst);
-    std::memcpy(out + b * sizeof(Block), &dst, sizeof(Block));
+    for (std::size_t i = 0; i < n; ++i) {
+      Block dst{};
+      pack(u[r - g + i], dst);
+      std::memcpy(out + i * row_bytes + b * sizeof(Block), &dst, sizeof(Block));
+    }
   }
 }
 
@@ -366,12 +370,24 @@ void interleave_rows(GgmlType type, std::uint8_t* data, std::size_t rows, std::s
   });
 }
 
+void copy_gguf_rows(GgmlType type, const std::uint8_t* data, std::size_t rows, std::size_t cols,
+                    std::size_t row_bytes, std::size_t r, std::size_t n, std::uint8_t* out) {
+  // One group at a time: each call of copy_rows_as decodes a group's blocks once.
+  while (n > 0) {
+    const std::size_t in_group = std::min(n, kR - r % kR);
+    const bool interleaved = with_layouts_of(type, [&]<class Block, class X8>() {
+      copy_rows_as<Block, X8>(data, rows, cols, row_bytes, r, in_group, out);
+    });
+    if (!interleaved) std::memcpy(out, data + r * row_bytes, in_group * row_bytes);
+    r += in_group;
+    n -= in_group;
+    out += in_group * row_bytes;
+  }
+}
+
 void copy_gguf_row(GgmlType type, const std::uint8_t* data, std::size_t rows, std::size_t cols,
                    std::size_t row_bytes, std::size_t r, std::uint8_t* out) {
-  const bool interleaved = with_layouts_of(type, [&]<class Block, class X8>() {
-    copy_row_as<Block, X8>(data, rows, cols, row_bytes, r, out);
-  });
-  if (!interleaved) std::memcpy(out, data + r * row_bytes, row_bytes);
+  copy_gguf_rows(type, data, rows, cols, row_bytes, r, 1, out);
 }
 
 }  // namespace infercast

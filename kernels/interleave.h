@@ -81,6 +81,10 @@ bool has_interleaved_layout(GgmlType type);
 void interleave_rows(GgmlType type, std::uint8_t* data, std::size_t rows, std::size_t cols,
                      std::size_t row_bytes);
 
+// The GGUF bytes of rows [r, r + n) of a matrix interleaved by interleave_rows, into `out`
+// (n x row_bytes); each group of eight is decoded once however many of its rows are asked for.
+void copy_gguf_rows(GgmlType type, const std::uint8_t* data, std::size_t rows, std::size_t cols,
+                    std::size_t row_bytes, std::size_t r, std::size_t n, std::uint8_t* out);
 // The GGUF bytes of row r of a matrix interleaved by interleave_rows, into `out` (row_bytes).
 void copy_gguf_row(GgmlType type, const std::uint8_t* data, std::size_t rows, std::size_t cols,
                    std::size_t row_bytes, std::size_t r, std::uint8_t* out);

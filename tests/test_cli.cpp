@@ -132,6 +132,7 @@ TEST(CliKernels, BadInputExitsWithStatusTwo) {
   expect_usage_error("kernels" + p + " --isa sse9", "sse9");
   expect_usage_error("kernels" + p + " --batches 0", "batch 0");
   expect_usage_error("kernels" + p + " --footprint 900TiB --shapes 64x256", "memory");
+  expect_usage_error("kernels" + p + " --layout tiled", "--layout");
   fs::remove(good);
   fs::remove(broken);
   fs::remove(empty);

@@ -55,6 +55,10 @@ TEST_P(InterleaveFormats, EveryRowComesBackByteForByte) {
     const std::size_t full = rows / 8 * 8;
     EXPECT_EQ(0, std::memcmp(data.data() + full * row_bytes, original.data() + full * row_bytes,
                              (rows - full) * row_bytes));
+    // All rows at once, across groups and into the GGUF tail.
+    std::vector<std::uint8_t> all(rows * row_bytes);
+    copy_gguf_rows(t, data.data(), rows, cols, row_bytes, 0, rows, all.data());
+    EXPECT_EQ(all, original) << f.name << " rows " << rows;
     std::vector<std::uint8_t> scratch;
     for (std::size_t r = 0; r < rows; ++r) {
       const std::uint8_t* row = gguf_row(w, r, scratch);
