@@ -78,22 +78,28 @@ INFERCAST_INLINE __m256i broadcast4(const std::int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-// A group of eight rows is one sequential stream; the hardware prefetcher alone leaves DRAM
-// idle between its ramps, so each block asks for the lines `Ahead` bytes ahead (past the
+// A group of eight rows is one sequential stream. The hardware prefetcher alone leaves DRAM
+// idle between its ramps, so each block asks for the lines `kAhead` bytes ahead (past the
 // group's end that is the next group, which the thread takes next; prefetches never fault).
-// The distance is about a microsecond of each kernel's work: 1.5, 3 and 4 KiB measured within
-// a few percent of each other, the slower K-quant kernels best at 1.5 KiB, Q4_0 at 3-4 KiB
-// (docs/PERFORMANCE.md).
-template <std::size_t Bytes, std::size_t Ahead>
-INFERCAST_INLINE void prefetch_block(const void* block) {
-  const auto p = reinterpret_cast<std::uintptr_t>(block) + Ahead;
-  for (std::size_t k = 0; k < Bytes; k += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p + k), _MM_HINT_T0);
+// A block's prefetches are spread over its work, part `i` of `parts` before each step: issued
+// at once, the 18-27 lines of a K-quant block filled the core's miss buffers and stalled it
+// (docs/PERFORMANCE.md has the A/B). Against 1.5-8 KiB and three or four streams, 6 KiB with
+// two streams per thread measured best or within the noise of the best for every format.
+constexpr std::size_t kAhead = 6144;
+
+template <std::size_t Bytes, int Parts>
+INFERCAST_INLINE void prefetch_part(const void* block, int i) {
+  constexpr std::size_t kLines = (Bytes + 63) / 64;
+  const auto* p = static_cast<const char*>(block) + kAhead;
+  const auto part = static_cast<std::size_t>(i);
+  // In assembly: GCC schedules _mm_prefetch freely and gathered a block's prefetches at its
+  // start again; a volatile asm stays where it is written.
+  for (std::size_t j = part * kLines / Parts; j < (part + 1) * kLines / Parts; ++j)
+    asm volatile("prefetcht0 %0" : : "m"(p[64 * j]));
 }
 
 // What the Q4_0 and Q8_0 kernels share: their activations, block size and tuning.
 struct Q8ActivationKernel {
-  static constexpr std::size_t kAhead = 3072;
   using Act = ActQ8_0;
   static constexpr std::size_t kElems = kQk;
   static std::size_t act_row(std::size_t cols) { return act_q8_0_row(cols); }
@@ -118,7 +124,8 @@ struct Q4_0x8 : Q8ActivationKernel {
 
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b,
-                                     __m256 (&acc)[Na]) {
+                                     __m256 (&acc)[Na], const void* pf) {
+    prefetch_part<sizeof(X8), 1>(pf, 0);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d)));
@@ -169,7 +176,8 @@ struct Q8_0x8 : Q8ActivationKernel {
 
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b,
-                                     __m256 (&acc)[Na]) {
+                                     __m256 (&acc)[Na], const void* pf) {
+    prefetch_part<sizeof(X8), 1>(pf, 0);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i dot[Na];
     for (auto& v : dot) v = _mm256_setzero_si256();
@@ -216,7 +224,6 @@ INFERCAST_INLINE __m256i bit_to_fifth(__m256i v) {
 
 template <class Interleaved>
 struct K4x8 {
-  static constexpr std::size_t kAhead = 1536;
   using X8 = Interleaved;
   static constexpr bool kFive = std::is_same_v<X8, BlockQ5_Kx8>;
   using Act = BlockQ8_K;
@@ -264,7 +271,7 @@ struct K4x8 {
 
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t s,
-                                     __m256 (&acc)[Na]) {
+                                     __m256 (&acc)[Na], const void* pf) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     // The 6-bit scales and mins of 8 sub-blocks x 8 rows, as bytes [sub-block][row].
     const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales));
@@ -290,13 +297,21 @@ struct K4x8 {
             _mm256_srli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(static_cast<char>(0xC0))), 2)));
     __m256i isum[Na];
     for (auto& v : isum) v = _mm256_setzero_si256();
+    prefetch_part<sizeof(X8), 8>(pf, 0);
     sub_block<0, 0, Na>(w, x, s, sc, isum);
+    prefetch_part<sizeof(X8), 8>(pf, 1);
     sub_block<0, 1, Na>(w, x, s, sc, isum);
+    prefetch_part<sizeof(X8), 8>(pf, 2);
     sub_block<1, 0, Na>(w, x, s, sc, isum);
+    prefetch_part<sizeof(X8), 8>(pf, 3);
     sub_block<1, 1, Na>(w, x, s, sc, isum);
+    prefetch_part<sizeof(X8), 8>(pf, 4);
     sub_block<2, 0, Na>(w, x, s, sc, isum);
+    prefetch_part<sizeof(X8), 8>(pf, 5);
     sub_block<2, 1, Na>(w, x, s, sc, isum);
+    prefetch_part<sizeof(X8), 8>(pf, 6);
     sub_block<3, 0, Na>(w, x, s, sc, isum);
+    prefetch_part<sizeof(X8), 8>(pf, 7);
     sub_block<3, 1, Na>(w, x, s, sc, isum);
     // Mins: sum over sub-blocks of min x (sum of the sub-block's activations), two sub-blocks
     // per vpmaddwd: rows' (min 2j, min 2j+1) against (sum 2j, sum 2j+1).
@@ -336,7 +351,6 @@ struct K4x8 {
 // --- Q6_K -------------------------------------------------------------------------------------
 
 struct Q6_Kx8 {
-  static constexpr std::size_t kAhead = 1536;
   using X8 = BlockQ6_Kx8;
   using Act = BlockQ8_K;
   static constexpr std::size_t kElems = kQkK;
@@ -389,7 +403,7 @@ struct Q6_Kx8 {
 
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t s,
-                                     __m256 (&acc)[Na]) {
+                                     __m256 (&acc)[Na], const void* pf) {
     alignas(32) std::int32_t offsets[Na][16];  // 32 x the sum of each sub-block's activations
     INFERCAST_UNROLL
     for (int a = 0; a < Na; ++a) {
@@ -403,6 +417,7 @@ struct Q6_Kx8 {
     __m256i isum[Na];
     for (auto& v : isum) v = _mm256_setzero_si256();
     for (int u = 0; u < 8; ++u) {
+      prefetch_part<sizeof(X8), 8>(pf, u);
       sub_block<0, Na>(w, u, x, s, offsets, isum);
       sub_block<1, Na>(w, u, x, s, offsets, isum);
     }
@@ -431,8 +446,7 @@ void groups(const GemmCall& c, std::size_t r0, std::size_t stride, std::size_t b
   for (std::size_t b = 0; b < c.cols / K::kElems; ++b) {
     INFERCAST_UNROLL
     for (int g = 0; g < Ng; ++g) {
-      prefetch_block<sizeof(typename K::X8), K::kAhead>(w[g] + b);
-      K::template block<Na>(w[g][b], x, b, acc[g]);
+      K::template block<Na>(w[g][b], x, b, acc[g], w[g] + b);
     }
   }
   for (int g = 0; g < Ng; ++g) {
