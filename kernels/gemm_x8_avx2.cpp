@@ -90,12 +90,13 @@ constexpr std::size_t kAhead = 6144;
 template <std::size_t Bytes, int Parts>
 INFERCAST_INLINE void prefetch_part(const void* block, int i) {
   constexpr std::size_t kLines = (Bytes + 63) / 64;
-  const auto* p = static_cast<const char*>(block) + kAhead;
+  // Integer arithmetic: the address may lie past the buffer, which a pointer may not.
+  const std::uintptr_t p = reinterpret_cast<std::uintptr_t>(block) + kAhead;
   const auto part = static_cast<std::size_t>(i);
   // In assembly: GCC schedules _mm_prefetch freely and gathered a block's prefetches at its
   // start again; a volatile asm stays where it is written.
   for (std::size_t j = part * kLines / Parts; j < (part + 1) * kLines / Parts; ++j)
-    asm volatile("prefetcht0 %0" : : "m"(p[64 * j]));
+    asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(p + 64 * j)));
 }
 
 // What the Q4_0 and Q8_0 kernels share: their activations, block size and tuning.
