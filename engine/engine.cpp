@@ -36,6 +36,7 @@ Engine::Engine(const Model& model, const EngineOptions& options)
       kv_block_bytes_(static_cast<std::size_t>(cfg_.layers) * 2 * kKvBlockTokens * static_cast<std::size_t>(cfg_.kv_dim()) *
                       kv_elem_bytes_) {
   if (options.kv_tokens == 0) throw UsageError("the KV cache needs room for at least one token");
+  ctx_.set_row_schedule(row_schedule_for(numa_));
   const std::size_t blocks = (options.kv_tokens + kKvBlockTokens - 1) / kKvBlockTokens;
   kv_pool_bytes_ = static_cast<std::uint64_t>(blocks) * kv_block_bytes_;
   kv_pool_.reserve(kv_pool_bytes_);

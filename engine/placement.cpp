@@ -36,7 +36,8 @@ std::vector<PlacementRange> plan_weight_placement(const Model& model, unsigned t
   for (const WeightView& w : gemv_matrices(model)) {
     const auto* base = static_cast<const std::uint8_t*>(w.data);
     for (unsigned m = 0; m < threads; ++m) {
-      // The rows each thread's GEMV takes, split in the step the matrix's kernels use.
+      // The rows each thread's GEMV takes under the fixed row schedule (the engine switches to
+      // it when it binds pages), split in the step the matrix's kernels use.
       const RowRange r = split_rows(w.rows, row_split_step(w), m, threads);
       if (r.begin >= r.end) continue;
       const PlacementRange range{base + r.begin * w.row_bytes, (r.end - r.begin) * w.row_bytes, node_of_thread(m)};
@@ -89,6 +90,10 @@ NumaPlacement place_weights(const Model& model, unsigned threads) {
   }
   result.nodes = nodes;
   return result;
+}
+
+GemmContext::RowSchedule row_schedule_for(const NumaPlacement& placement) {
+  return placement.applied ? GemmContext::RowSchedule::fixed : GemmContext::RowSchedule::guided;
 }
 
 }  // namespace infercast

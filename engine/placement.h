@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/model.h"
+#include "kernels/gemm.h"
 
 namespace infercast {
 
@@ -38,5 +39,9 @@ NumaPlacement apply_placement(const std::vector<PlacementRange>& plan, std::size
 // Decides and applies for this machine (each Engine does, for its threads): plans and binds
 // when it has several NUMA nodes and the weights were copied into anonymous memory.
 NumaPlacement place_weights(const Model& model, unsigned threads);
+
+// The row schedule GEMM calls must keep for a placement: the fixed split wherever pages were
+// bound to the node of the thread the split gives their rows to; guided elsewhere.
+GemmContext::RowSchedule row_schedule_for(const NumaPlacement& placement);
 
 }  // namespace infercast

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "kernels/formats.h"
 #include "kernels/gemm_kernels.h"
@@ -56,6 +57,25 @@ void validate_weights(const WeightView& w) {
   }
 }
 
+namespace {
+
+// Guided self-scheduling: a thread takes half its share of the rows left, in whole steps,
+// never less than 64 KiB of weights (a run of rows restarts the kernel's streams, and the
+// shared counter costs a cache-line transfer per take).
+struct GuidedRows {
+  std::size_t rows;
+  std::size_t step;
+  std::size_t row_bytes;
+  unsigned members;
+  [[nodiscard]] std::size_t end_of(std::size_t begin) const {
+    const std::size_t least = std::max<std::size_t>(1, (std::size_t{64} << 10) / std::max<std::size_t>(1, row_bytes));
+    const std::size_t want = round_up(std::max(least, (rows - begin) / (2 * std::size_t{members})), step);
+    return std::min(rows, begin + want);
+  }
+};
+
+}  // namespace
+
 // One product as the threads run it: packed_at is its activations' offset in packed_, shared
 // by the products whose kernels pack alike; packers are the entries that do the packing.
 struct GemmContext::Plan {
@@ -67,6 +87,9 @@ struct GemmContext::Plan {
   };
   std::vector<Product> products;
   std::vector<std::size_t> packers;
+  // Per product, the first row no thread has taken yet (guided scheduling).
+  std::unique_ptr<std::atomic<std::size_t>[]> next;
+  std::size_t next_capacity = 0;
 };
 
 GemmContext::GemmContext(unsigned threads, std::optional<IsaLevel> level)
@@ -153,6 +176,14 @@ void GemmContext::run_products(std::span<const Product> products, std::size_t ba
   for (auto& s : scratch_) s.reserve(scratch);
 
   const unsigned members = pool_.size();
+  const bool guided = members > 1 && schedule_ == RowSchedule::guided;
+  if (guided) {
+    if (plan.next_capacity < plan.products.size()) {
+      plan.next = std::make_unique<std::atomic<std::size_t>[]>(plan.products.size());
+      plan.next_capacity = plan.products.size();
+    }
+    for (std::size_t i = 0; i < plan.products.size(); ++i) plan.next[i].store(0, std::memory_order_relaxed);
+  }
   pool_.run([&](unsigned member) {
     if (!plan.packers.empty()) {
       for (std::size_t first : plan.packers) {
@@ -162,9 +193,24 @@ void GemmContext::run_products(std::span<const Product> products, std::size_t ba
       }
       pool_.barrier();
     }
-    for (const Plan::Product& p : plan.products) {
-      const RowRange r = split_rows(p.call.rows, p.kernel->row_step, member, members);
-      if (r.begin < r.end) p.kernel->rows(p.call, r.begin, r.end, scratch_[member].data());
+    if (!guided) {
+      for (const Plan::Product& p : plan.products) {
+        const RowRange r = split_rows(p.call.rows, p.kernel->row_step, member, members);
+        if (r.begin < r.end) p.kernel->rows(p.call, r.begin, r.end, scratch_[member].data());
+      }
+      return;
+    }
+    for (std::size_t i = 0; i < plan.products.size(); ++i) {
+      const Plan::Product& p = plan.products[i];
+      const GuidedRows chunks{p.call.rows, p.kernel->row_step, p.call.row_bytes, members};
+      std::size_t begin = plan.next[i].load(std::memory_order_relaxed);
+      while (begin < p.call.rows) {
+        const std::size_t end = chunks.end_of(begin);
+        if (plan.next[i].compare_exchange_weak(begin, end, std::memory_order_relaxed)) {
+          p.kernel->rows(p.call, begin, end, scratch_[member].data());
+          begin = end;
+        }
+      }
     }
   });
 }

@@ -65,6 +65,16 @@ class GemmContext {
   GemmContext& operator=(const GemmContext&) = delete;
 
   [[nodiscard]] unsigned threads() const { return pool_.size(); }
+
+  // How a call's output rows reach the threads. `guided` (the default): each thread takes a
+  // run of rows at a time, half its share of what is left, down to 64 KiB of weights, so a
+  // thread the host slows down leaves its rows to the others (on a shared 2-vCPU guest this
+  // ran decode 2-10% faster; docs/PERFORMANCE.md). `fixed`: thread m always gets
+  // split_rows(rows, step, m, threads), what NUMA placement binds each thread's rows by.
+  // Every row is computed alike either way: the results are bit for bit the same.
+  enum class RowSchedule { guided, fixed };
+  void set_row_schedule(RowSchedule s) { schedule_ = s; }
+  [[nodiscard]] RowSchedule row_schedule() const { return schedule_; }
   [[nodiscard]] IsaLevel level() const { return level_; }
   ThreadPool& pool() { return pool_; }
 
@@ -105,6 +115,7 @@ class GemmContext {
   // Reused by every call, so a decode step allocates nothing.
   std::vector<Product> shared_;
   std::unique_ptr<Plan> plan_;
+  RowSchedule schedule_ = RowSchedule::guided;
 };
 
 // Checks the shape against the format (block multiple, row bytes) and throws UsageError with a

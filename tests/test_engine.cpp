@@ -320,6 +320,22 @@ TEST(Placement, PlansEachThreadsRowsOnItsNode) {
   EXPECT_LT(one.size(), plan.size());
 }
 
+// Bound pages pin the rows to the fixed split; without binding (one node, mapped weights) the
+// threads take rows as they come free. On one node the engine runs guided.
+TEST(Placement, BoundPagesKeepTheFixedRowSplit) {
+  NumaPlacement bound;
+  bound.nodes = 2;
+  bound.applied = true;
+  EXPECT_EQ(row_schedule_for(bound), GemmContext::RowSchedule::fixed);
+  EXPECT_EQ(row_schedule_for(NumaPlacement{}), GemmContext::RowSchedule::guided);
+  if (host_topology().numa_nodes <= 1) {
+    EngineOptions o;
+    o.threads = 2;
+    Engine engine(tiny_model("Q4_0"), o);
+    EXPECT_EQ(engine.context().row_schedule(), GemmContext::RowSchedule::guided);
+  }
+}
+
 // MoE: each expert is its own GEMV call, so each expert's rows are halved between the threads.
 TEST(Placement, SplitsEveryExpertBetweenTheThreads) {
   const Model& moe = tiny_model("Q8_0", "llama", 4);
