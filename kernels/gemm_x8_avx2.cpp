@@ -81,10 +81,11 @@ INFERCAST_INLINE __m256i broadcast4(const std::int8_t* p) {
 // A group of eight rows is one sequential stream. The hardware prefetcher alone leaves DRAM
 // idle between its ramps, so each block asks for the lines `kAhead` bytes ahead (past the
 // group's end that is the next group, which the thread takes next; prefetches never fault).
-// A block's prefetches are spread over its work, part `i` of `parts` before each step: issued
-// at once, the 18-27 lines of a K-quant block filled the core's miss buffers and stalled it
-// (docs/PERFORMANCE.md has the A/B). Against 1.5-8 KiB and three or four streams, 6 KiB with
-// two streams per thread measured best or within the noise of the best for every format.
+// A block's prefetches are spread over its work, part `i` of `parts` before each step. Issued
+// at once, the 18-27 lines of a K-quant block cost Q5_K and Q6_K GEMV a seventh of their
+// bandwidth (full miss buffers stalling the core, we think; this host has no counters to tell;
+// docs/PERFORMANCE.md has the A/B). Against 1.5-8 KiB and three or four streams, 6 KiB with two
+// streams per thread measured best or within the noise of the best for every format.
 constexpr std::size_t kAhead = 6144;
 
 template <std::size_t Bytes, int Parts>
@@ -125,8 +126,8 @@ struct Q4_0x8 : Q8ActivationKernel {
 
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b,
-                                     __m256 (&acc)[Na], const void* pf) {
-    prefetch_part<sizeof(X8), 1>(pf, 0);
+                                     __m256 (&acc)[Na]) {
+    prefetch_part<sizeof(X8), 1>(&w, 0);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d)));
@@ -177,8 +178,8 @@ struct Q8_0x8 : Q8ActivationKernel {
 
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b,
-                                     __m256 (&acc)[Na], const void* pf) {
-    prefetch_part<sizeof(X8), 1>(pf, 0);
+                                     __m256 (&acc)[Na]) {
+    prefetch_part<sizeof(X8), 1>(&w, 0);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i dot[Na];
     for (auto& v : dot) v = _mm256_setzero_si256();
@@ -272,7 +273,7 @@ struct K4x8 {
 
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t s,
-                                     __m256 (&acc)[Na], const void* pf) {
+                                     __m256 (&acc)[Na]) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     // The 6-bit scales and mins of 8 sub-blocks x 8 rows, as bytes [sub-block][row].
     const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales));
@@ -298,21 +299,21 @@ struct K4x8 {
             _mm256_srli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(static_cast<char>(0xC0))), 2)));
     __m256i isum[Na];
     for (auto& v : isum) v = _mm256_setzero_si256();
-    prefetch_part<sizeof(X8), 8>(pf, 0);
+    prefetch_part<sizeof(X8), 8>(&w, 0);
     sub_block<0, 0, Na>(w, x, s, sc, isum);
-    prefetch_part<sizeof(X8), 8>(pf, 1);
+    prefetch_part<sizeof(X8), 8>(&w, 1);
     sub_block<0, 1, Na>(w, x, s, sc, isum);
-    prefetch_part<sizeof(X8), 8>(pf, 2);
+    prefetch_part<sizeof(X8), 8>(&w, 2);
     sub_block<1, 0, Na>(w, x, s, sc, isum);
-    prefetch_part<sizeof(X8), 8>(pf, 3);
+    prefetch_part<sizeof(X8), 8>(&w, 3);
     sub_block<1, 1, Na>(w, x, s, sc, isum);
-    prefetch_part<sizeof(X8), 8>(pf, 4);
+    prefetch_part<sizeof(X8), 8>(&w, 4);
     sub_block<2, 0, Na>(w, x, s, sc, isum);
-    prefetch_part<sizeof(X8), 8>(pf, 5);
+    prefetch_part<sizeof(X8), 8>(&w, 5);
     sub_block<2, 1, Na>(w, x, s, sc, isum);
-    prefetch_part<sizeof(X8), 8>(pf, 6);
+    prefetch_part<sizeof(X8), 8>(&w, 6);
     sub_block<3, 0, Na>(w, x, s, sc, isum);
-    prefetch_part<sizeof(X8), 8>(pf, 7);
+    prefetch_part<sizeof(X8), 8>(&w, 7);
     sub_block<3, 1, Na>(w, x, s, sc, isum);
     // Mins: sum over sub-blocks of min x (sum of the sub-block's activations), two sub-blocks
     // per vpmaddwd: rows' (min 2j, min 2j+1) against (sum 2j, sum 2j+1).
@@ -404,7 +405,7 @@ struct Q6_Kx8 {
 
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t s,
-                                     __m256 (&acc)[Na], const void* pf) {
+                                     __m256 (&acc)[Na]) {
     alignas(32) std::int32_t offsets[Na][16];  // 32 x the sum of each sub-block's activations
     INFERCAST_UNROLL
     for (int a = 0; a < Na; ++a) {
@@ -418,7 +419,7 @@ struct Q6_Kx8 {
     __m256i isum[Na];
     for (auto& v : isum) v = _mm256_setzero_si256();
     for (int u = 0; u < 8; ++u) {
-      prefetch_part<sizeof(X8), 8>(pf, u);
+      prefetch_part<sizeof(X8), 8>(&w, u);
       sub_block<0, Na>(w, u, x, s, offsets, isum);
       sub_block<1, Na>(w, u, x, s, offsets, isum);
     }
@@ -447,7 +448,7 @@ void groups(const GemmCall& c, std::size_t r0, std::size_t stride, std::size_t b
   for (std::size_t b = 0; b < c.cols / K::kElems; ++b) {
     INFERCAST_UNROLL
     for (int g = 0; g < Ng; ++g) {
-      K::template block<Na>(w[g][b], x, b, acc[g], w[g] + b);
+      K::template block<Na>(w[g][b], x, b, acc[g]);
     }
   }
   for (int g = 0; g < Ng; ++g) {
