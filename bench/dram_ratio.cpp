@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
     k.shapes = {parse_shape(shape)};
     k.threads = threads;
     k.min_time = min_time;
-    validate_sweep(k);
+    validate_sweep(k);  // before the first read (run_kernel_sweep checks again, cheaply)
     Ceilings ceilings;
     ceilings.dram_read_gbs = 1;  // unused: the ratio is taken against the reads of each round
     std::vector<std::vector<double>> ratios(k.formats.size());

@@ -108,39 +108,8 @@ double ours(const Args& a, GgmlType type, std::size_t batch, std::string& kernel
   return 2.0 * double(a.rows) * double(a.cols) * double(batch) / s / 1e9;
 }
 
-// oneDNN's GOPS and the implementation it chose (e.g. "brg:avx512_core_amx"); nullopt where it
-// has none for this data type on this CPU (bf16 without AVX-512, say).
-struct Peer {
-  std::optional<double> gops;
-  std::string impl;
-};
-
-double onednn_gops(const Args& a, dnnl::memory::data_type src_dt, dnnl::memory::data_type dt, std::size_t batch,
-                   std::string& impl);
-
-// `src_dt` for the activations, `dt` for the weights.
-Peer onednn(const Args& a, dnnl::memory::data_type src_dt, dnnl::memory::data_type dt, std::size_t batch) {
-  Peer p;
-  try {
-    p.gops = onednn_gops(a, src_dt, dt, batch, p.impl);
-  } catch (const dnnl::error& e) {
-    p.impl = fmt::format("none ({})", e.what());
-  }
-  return p;
-}
-
-// The faster of oneDNN's two INT8 matmuls: s8 x s8, and u8 x s8 (vpmaddubsw's native form,
-// the one its AVX2 code is built for; s8 activations there pay a compensation pass).
-Peer onednn_int8(const Args& a, std::size_t batch) {
-  using dt = dnnl::memory::data_type;
-  Peer s8 = onednn(a, dt::s8, dt::s8, batch);
-  Peer u8 = onednn(a, dt::u8, dt::s8, batch);
-  s8.impl = "s8s8 " + s8.impl;
-  u8.impl = "u8s8 " + u8.impl;
-  if (!s8.gops || (u8.gops && *u8.gops > *s8.gops)) return u8;
-  return s8;
-}
-
+// oneDNN's matmul GOPS and, in `impl`, the implementation it chose; throws dnnl::error where it
+// has none.
 double onednn_gops(const Args& a, dnnl::memory::data_type src_dt, dnnl::memory::data_type dt, std::size_t batch,
                    std::string& impl) {
   using namespace dnnl;
@@ -183,6 +152,36 @@ double onednn_gops(const Args& a, dnnl::memory::data_type src_dt, dnnl::memory::
     strm.wait();
   });
   return 2.0 * double(a.rows) * double(a.cols) * double(batch) / s / 1e9;
+}
+
+// oneDNN's GOPS and the implementation it chose (e.g. "brg:avx512_core_amx"); nullopt where it
+// has none for this data type on this CPU (bf16 without AVX-512, say).
+struct Peer {
+  std::optional<double> gops;
+  std::string impl;
+};
+
+// `src_dt` for the activations, `dt` for the weights.
+Peer onednn(const Args& a, dnnl::memory::data_type src_dt, dnnl::memory::data_type dt, std::size_t batch) {
+  Peer p;
+  try {
+    p.gops = onednn_gops(a, src_dt, dt, batch, p.impl);
+  } catch (const dnnl::error& e) {
+    p.impl = fmt::format("none ({})", e.what());
+  }
+  return p;
+}
+
+// The faster of oneDNN's two INT8 matmuls: s8 x s8, and u8 x s8 (vpmaddubsw's native form,
+// the one its AVX2 code is built for; s8 activations there pay a compensation pass).
+Peer onednn_int8(const Args& a, std::size_t batch) {
+  using dt = dnnl::memory::data_type;
+  Peer s8 = onednn(a, dt::s8, dt::s8, batch);
+  Peer u8 = onednn(a, dt::u8, dt::s8, batch);
+  s8.impl = "s8s8 " + s8.impl;
+  u8.impl = "u8s8 " + u8.impl;
+  if (!s8.gops || (u8.gops && *u8.gops > *s8.gops)) return u8;
+  return s8;
 }
 
 double openblas(const Args& a, std::size_t batch) {

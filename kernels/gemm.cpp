@@ -62,16 +62,23 @@ namespace {
 // Guided self-scheduling: a thread takes half its share of the rows left, in whole steps,
 // never less than 64 KiB of weights (a run of rows restarts the kernel's streams, and the
 // shared counter costs a cache-line transfer per take).
-struct GuidedRows {
-  std::size_t rows;
-  std::size_t step;
-  std::size_t row_bytes;
-  unsigned members;
+class GuidedRows {
+ public:
+  GuidedRows(std::size_t rows, std::size_t step, std::size_t row_bytes, unsigned members)
+      : rows_(rows),
+        step_(step),
+        least_(std::max<std::size_t>(1, (std::size_t{64} << 10) / std::max<std::size_t>(1, row_bytes))),
+        divisor_(2 * std::size_t{members}) {}
+  // The end of the run a thread takes from `begin`.
   [[nodiscard]] std::size_t end_of(std::size_t begin) const {
-    const std::size_t least = std::max<std::size_t>(1, (std::size_t{64} << 10) / std::max<std::size_t>(1, row_bytes));
-    const std::size_t want = round_up(std::max(least, (rows - begin) / (2 * std::size_t{members})), step);
-    return std::min(rows, begin + want);
+    return std::min(rows_, begin + round_up(std::max(least_, (rows_ - begin) / divisor_), step_));
   }
+
+ private:
+  std::size_t rows_;
+  std::size_t step_;
+  std::size_t least_;
+  std::size_t divisor_;
 };
 
 }  // namespace
