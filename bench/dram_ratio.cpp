@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
         ratios[f].push_back(points[f].weight_gbs / read);
         line += fmt::format(" {} {} {:.1f} GB/s ({:.2f})", format_info(points[f].type).name, points[f].kernel,
                             points[f].weight_gbs, ratios[f].back());
+        if (batch > 1) line += fmt::format(" {:.0f} GOPS", points[f].gops);
       }
       std::puts(line.c_str());
       std::fflush(stdout);
