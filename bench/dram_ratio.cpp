@@ -54,7 +54,14 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch)->check(CLI::Range(1, 512));
   app.add_option("--threads", threads)->check(CLI::Range(1U, host_topology().cores));
   app.add_option("--min-time", min_time)->check(CLI::Range(0.01, 10.0));
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {  // the project's one-line usage error, status 2
+    std::fprintf(stderr, "infercast_dram_ratio: %s\n", e.what());
+    return 2;
+  }
   try {
     KernelSweepOptions k;
     for (const auto& name : format_names) {
