@@ -348,7 +348,7 @@ void validate(const ValidateArgs& a) {
   if (a.json) {
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& v : r.rows) {
-      rows.push_back({{"model", v.model}, {"quant", v.quant}, {"concurrency", v.concurrency},
+      rows.push_back({{"model", v.model}, {"quant", v.quant}, {"concurrency", v.concurrency}, {"runs", v.runs},
                       {"predicted_decode_tps", v.predicted_decode_tps}, {"measured_decode_tps", v.measured_decode_tps},
                       {"decode_error", v.decode_error()}, {"decode_band", {v.decode_low, v.decode_high}}, {"decode_in_band", v.decode_in_band()},
                       {"predicted_prefill_tps", v.predicted_prefill_tps}, {"measured_prefill_tps", v.measured_prefill_tps},
@@ -362,10 +362,10 @@ void validate(const ValidateArgs& a) {
     return;
   }
   print_calibration(*c);
-  fmt::print("\nheld out (never fitted on): models {}, formats {}, concurrencies {}, prompt {} gen {}; median of {} runs each{}\n\n",
+  fmt::print("\nheld out (never fitted on): models {}, formats {}, concurrencies {}, prompt {} gen {}; each row the median of {} passes over all of them{}\n\n",
              fmt::join([&] { std::vector<std::string> n; for (const auto& m : o.models) n.push_back(m.name); return n; }(), ", "),
              fmt::join(o.quants, ", "), fmt::join(o.concurrencies, ", "), o.prompt, o.gen, o.repeats,
-             o.refresh_kernels ? "; kernel curves of each model's formats measured again just before its runs" : "");
+             o.refresh_kernels ? ", in each pass a format's kernel curves measured again just before its models run" : "");
   fmt::print("  {:<15} {:<7} {:>2} {:>10} {:>10} {:>7} {:>6} {:>11} {:>11} {:>7} {:>6}\n", "model", "format", "C", "decode fc", "measured",
              "error", "band", "prefill fc", "measured", "error", "band");
   for (const auto& v : r.rows) {
@@ -454,8 +454,8 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--concurrency", a->concurrencies, "Concurrencies (default 1,2,4)")->delimiter(',');
   cmd->add_option("--prompt", a->prompt, "Prompt tokens per sequence")->capture_default_str();
   cmd->add_option("--gen", a->gen, "Generated tokens per sequence")->capture_default_str();
-  cmd->add_option("--repeats", a->repeats, "Runs per row; the median is reported")->capture_default_str();
-  cmd->add_flag("--no-refresh", a->no_refresh, "Do not measure each model's kernel curves again just before its runs");
+  cmd->add_option("--repeats", a->repeats, "Passes over every model, format and concurrency; each row reports its median")->capture_default_str();
+  cmd->add_flag("--no-refresh", a->no_refresh, "Do not measure a format's kernel curves again before its models run in each pass");
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a, &exit_status] {
     validate(*a);

@@ -33,7 +33,7 @@ class MeasuredPerformance final : public Performance {
   }
 
  private:
-  const Calibration& c_;
+  Calibration c_;  // a copy: callers measure a calibration afresh and let theirs go (validate does)
 };
 
 // Learned fractions: measured / datasheet over the catalog entries that have a measurement.

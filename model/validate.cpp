@@ -49,16 +49,59 @@ void check_held_out(const ValidateOptions& o, const Calibration& c) {
   }
 }
 
+std::vector<std::size_t> pass_order(std::size_t count, int pass) {
+  std::vector<std::size_t> order(count);
+  for (std::size_t i = 0; i < count; ++i) order[i] = (i + static_cast<std::size_t>(std::max(pass, 0))) % std::max<std::size_t>(count, 1);
+  return order;
+}
+
+namespace {
+
+// One model file of the plan, with what the forecast reads from it.
+struct PlannedModel {
+  const ValidationModel* model;
+  std::string quant;
+  std::string path;
+  Architecture arch;
+  WeightInventory inventory;
+};
+
+// A row's figures, one per pass.
+struct RowSamples {
+  std::vector<double> measured_decode, measured_prefill;
+  std::vector<double> decode, decode_low, decode_high;
+  std::vector<double> prefill, prefill_low, prefill_high;
+};
+
+std::vector<GgmlType> formats_of(const std::vector<const PlannedModel*>& models) {
+  std::vector<GgmlType> types;
+  for (const PlannedModel* m : models) {
+    for (const auto& matrix : m->inventory.matrices) {
+      if (std::find(types.begin(), types.end(), matrix.type) == types.end()) types.push_back(matrix.type);
+    }
+  }
+  return types;
+}
+
+}  // namespace
+
 ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& c, const ValidateProgress& progress) {
   check_held_out(o, c);
   std::filesystem::create_directories(o.work_dir);
-  ValidationReport report;
-  const double total = static_cast<double>(o.models.size() * o.quants.size() * o.concurrencies.size());
-  for (const auto& vm : o.models) {
-    for (const auto& quant : o.quants) {
+  const std::size_t per_pass = o.models.size() * o.quants.size() * o.concurrencies.size();
+  const double total = static_cast<double>(per_pass * static_cast<std::size_t>(o.repeats));
+  double done = 0;
+  const auto report_progress = [&](const std::string& what) {
+    if (progress) progress(what, done / total);
+  };
+
+  // Every file first: each pass runs all of them.
+  std::vector<PlannedModel> planned;  // quant-major, as the rows are reported
+  for (const auto& quant : o.quants) {
+    for (const auto& vm : o.models) {
       const std::string path = (std::filesystem::path(o.work_dir) / fmt::format("{}-{}-s{}.gguf", vm.name, quant, o.seed)).string();
       if (!o.keep_models || !std::filesystem::exists(path)) {
-        if (progress) progress(fmt::format("generating {} {}", vm.name, quant), static_cast<double>(report.rows.size()) / total);
+        report_progress(fmt::format("generating {} {}", vm.name, quant));
         GenerateOptions g;
         g.shape = vm.shape;
         g.quant = quant;
@@ -66,57 +109,86 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
         g.threads = o.threads;
         generate_model(g, path);
       }
-      {
-        const Model model = Model::load(path);
-        const Architecture arch = architecture_from_gguf(model.file(), vm.name);
-        const WeightInventory inv = weight_inventory(model.file(), arch);
+      const GgufFile file = GgufFile::open(path);
+      Architecture arch = architecture_from_gguf(file, vm.name);
+      WeightInventory inventory = weight_inventory(file, arch);
+      planned.push_back({&vm, quant, path, std::move(arch), std::move(inventory)});
+    }
+  }
+
+  // Passes over the whole plan rather than repeats of one row: a host that slows for a minute
+  // then costs one sample of several rows instead of every sample of one (seen here: a C=1 row
+  // measured at half its C=2 row's rate, and two prefill rows 30% slow beside a third).
+  std::vector<RowSamples> samples(planned.size() * o.concurrencies.size());
+  const auto fitted = measured_performance(c);
+  for (int pass = 0; pass < o.repeats; ++pass) {
+    for (std::size_t q = 0; q < o.quants.size(); ++q) {
+      std::vector<const PlannedModel*> group;
+      for (std::size_t m : pass_order(o.models.size(), pass)) group.push_back(&planned[q * o.models.size() + m]);
+      // The curves of this format's matrices measured again just before its runs (the engine
+      // overheads stay as fitted): the machine drifts between calibration and validation.
+      std::unique_ptr<Performance> refreshed;
+      if (o.refresh_kernels) {
         Calibration local = c;
-        if (o.refresh_kernels) {
-          std::vector<GgmlType> types;
-          for (const auto& m : inv.matrices) {
-            if (std::find(types.begin(), types.end(), m.type) == types.end()) types.push_back(m.type);
-          }
-          if (progress) progress(fmt::format("kernel curves for {} {}", vm.name, quant), static_cast<double>(report.rows.size()) / total);
-          measure_curves(local, types, o.refresh_min_time);
-        }
-        const auto perf = measured_performance(local);
-        for (int conc : o.concurrencies) {
-          if (progress) progress(fmt::format("running {} {} C={}", vm.name, quant, conc), static_cast<double>(report.rows.size()) / total);
+        report_progress(fmt::format("kernel curves for {}, pass {}", o.quants[q], pass + 1));
+        measure_curves(local, formats_of(group), o.refresh_min_time);
+        refreshed = measured_performance(local);
+      }
+      const Performance& perf = refreshed ? *refreshed : *fitted;
+      for (const PlannedModel* pm : group) {
+        const Model model = Model::load(pm->path);
+        const auto index = static_cast<std::size_t>(pm - planned.data());
+        for (std::size_t ci = 0; ci < o.concurrencies.size(); ++ci) {
+          const int conc = o.concurrencies[ci];
+          report_progress(fmt::format("running {} {} C={}, pass {}", pm->model->name, pm->quant, conc, pass + 1));
           RunOptions r;
           r.threads = o.threads;
           r.concurrency = conc;
           r.prompt_tokens = o.prompt;
           r.gen_tokens = o.gen;
-          std::vector<double> decode;
-          std::vector<double> prefill;
-          for (int rep = 0; rep < o.repeats; ++rep) {
-            const RunReport measured = run_model(model, r, nullptr);
-            decode.push_back(measured.decode_tps);
-            prefill.push_back(measured.prefill_tps);
-          }
+          const RunReport measured = run_model(model, r, nullptr);
           Workload load;
           load.prompt = o.prompt;
           load.gen = o.gen;
-          const ForecastRow f = forecast_row(arch, inv, *perf, load, conc, static_cast<double>(available_memory_bytes()));
-          ValidationRow row;
-          row.model = vm.name;
-          row.quant = quant;
-          row.concurrency = conc;
-          row.predicted_decode_tps = f.decode_tps;
-          row.measured_decode_tps = median_of(decode);
-          row.decode_low = f.decode_low * conc;
-          row.decode_high = f.decode_high * conc;
-          row.predicted_prefill_tps = f.prefill_tps;
-          row.measured_prefill_tps = median_of(prefill);
-          row.prefill_low = f.prefill_low;
-          row.prefill_high = f.prefill_high;
-          report.worst_decode_error = std::max(report.worst_decode_error, std::abs(row.decode_error()));
-          report.worst_prefill_error = std::max(report.worst_prefill_error, std::abs(row.prefill_error()));
-          report.rows.push_back(row);
+          const ForecastRow f = forecast_row(pm->arch, pm->inventory, perf, load, conc, static_cast<double>(available_memory_bytes()));
+          RowSamples& s = samples[index * o.concurrencies.size() + ci];
+          s.measured_decode.push_back(measured.decode_tps);
+          s.measured_prefill.push_back(measured.prefill_tps);
+          s.decode.push_back(f.decode_tps);
+          s.decode_low.push_back(f.decode_low * conc);
+          s.decode_high.push_back(f.decode_high * conc);
+          s.prefill.push_back(f.prefill_tps);
+          s.prefill_low.push_back(f.prefill_low);
+          s.prefill_high.push_back(f.prefill_high);
+          ++done;
         }
       }
-      if (!o.keep_models) std::filesystem::remove(path);
     }
+  }
+
+  ValidationReport report;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const PlannedModel& pm = planned[i / o.concurrencies.size()];
+    RowSamples& s = samples[i];
+    ValidationRow row;
+    row.model = pm.model->name;
+    row.quant = pm.quant;
+    row.concurrency = o.concurrencies[i % o.concurrencies.size()];
+    row.runs = static_cast<int>(s.measured_decode.size());
+    row.predicted_decode_tps = median_of(s.decode);
+    row.measured_decode_tps = median_of(s.measured_decode);
+    row.decode_low = median_of(s.decode_low);
+    row.decode_high = median_of(s.decode_high);
+    row.predicted_prefill_tps = median_of(s.prefill);
+    row.measured_prefill_tps = median_of(s.measured_prefill);
+    row.prefill_low = median_of(s.prefill_low);
+    row.prefill_high = median_of(s.prefill_high);
+    report.worst_decode_error = std::max(report.worst_decode_error, std::abs(row.decode_error()));
+    report.worst_prefill_error = std::max(report.worst_prefill_error, std::abs(row.prefill_error()));
+    report.rows.push_back(row);
+  }
+  if (!o.keep_models) {
+    for (const auto& pm : planned) std::filesystem::remove(pm.path);
   }
   if (progress) progress("done", 1.0);
   return report;

@@ -3,6 +3,7 @@
 // run each at three concurrencies with the engine, and set the forecast beside the measurement.
 // Nothing validated here was fitted on: the calibration (see calibration_plan) uses another
 // model size, other formats and other concurrencies.
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -29,9 +30,12 @@ struct ValidateOptions {
   std::vector<int> concurrencies{1, 2, 4};
   int prompt = 128;
   int gen = 32;
-  int repeats = 3;  // runs per row, the median reported: the machine is shared and noisy
-  // Measure the kernel curves of a model's formats again just before its runs (the engine
-  // overheads stay as fitted): a shared machine drifts between calibration and validation.
+  // Passes over the whole plan (every model, format and concurrency once per pass); each row
+  // reports the median of its passes: the machine is shared and noisy.
+  int repeats = 3;
+  // In every pass, measure the kernel curves of a format's matrices again just before its
+  // models run (the engine overheads stay as fitted): a shared machine drifts between
+  // calibration and validation.
   bool refresh_kernels = true;
   double refresh_min_time = 0.25;
   std::uint64_t seed = 11;
@@ -41,6 +45,7 @@ struct ValidationRow {
   std::string model;
   std::string quant;
   int concurrency = 0;
+  int runs = 0;                     // passes the medians below are taken over
   double predicted_decode_tps = 0;  // aggregate
   double measured_decode_tps = 0;
   double decode_low = 0;
@@ -64,6 +69,10 @@ struct ValidationReport {
 // Throws UsageError when a model, format or concurrency of the plan is one the calibration was
 // fitted on, or the options cannot run here.
 void check_held_out(const ValidateOptions& options, const Calibration& calibration);
+
+// The order pass `pass` runs `count` models of one format in: rotated by one per pass, so no
+// model always runs first (just after its curves are measured) or last.
+std::vector<std::size_t> pass_order(std::size_t count, int pass);
 
 using ValidateProgress = std::function<void(const std::string& what, double fraction)>;
 ValidationReport validate_forecast(const ValidateOptions& options, const Calibration& calibration,

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "engine/generate.h"
@@ -279,6 +280,20 @@ TEST(Forecast, DecodeIsBytesOverMeasuredBandwidthPlusOverheads) {
   EXPECT_EQ(forecast_row(a, w, *p, load, 1, 1e9).bottleneck, "capacity");
 }
 
+TEST(Forecast, MeasuredPerformanceOutlivesTheCalibrationItWasMadeFrom) {
+  // validate measures curves into a calibration of its own and lets it go; the performance
+  // made from it must not point into it (under ASan a dangling one is a use after free).
+  auto c = std::make_unique<Calibration>(synthetic_calibration(20, 0.0));
+  const auto p = measured_performance(*c);
+  c.reset();
+  const auto a = *find_catalog_model("tinyllama-1.1b");
+  const WeightInventory w = weight_inventory(a, parse_quantization("Q8_0"));
+  double matrix_bytes = 0;
+  for (const auto& m : w.matrices) matrix_bytes += static_cast<double>(m.bytes());
+  EXPECT_NEAR(p->matrix_seconds(a, w, 1, 1), matrix_bytes / 20e9, 1e-9);
+  EXPECT_DOUBLE_EQ(p->stream_gbs(), 20);
+}
+
 TEST(Forecast, LargestConcurrencyMeetingATargetIsTheEdge) {
   const Calibration c = synthetic_calibration(20, 0.3);
   const auto p = measured_performance(c);
@@ -351,7 +366,7 @@ TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
   ValidateOptions o;
   o.threads = 2;
   o.work_dir = temp_path("validate");
-  o.models = {{"tiny", llama_shape(2, 256, 512, 4, 2, 300)}};
+  o.models = {{"tiny", llama_shape(2, 256, 512, 4, 2, 300)}, {"tinier", llama_shape(1, 256, 256, 4, 2, 300)}};
   o.quants = {"Q8_0", "Q4_0"};
   o.concurrencies = {1, 2};
   o.prompt = 8;
@@ -359,9 +374,17 @@ TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
   o.repeats = 2;
   o.refresh_kernels = false;  // the synthetic curves stay: the test checks the loop, not the machine
   const ValidationReport r = validate_forecast(o, c);
-  ASSERT_EQ(r.rows.size(), 4U);
+  ASSERT_EQ(r.rows.size(), 8U);
+  // Reported in plan order (format, model, concurrency) although the second pass ran the
+  // models the other way round.
+  const std::vector<std::string> models{"tiny", "tiny", "tinier", "tinier", "tiny", "tiny", "tinier", "tinier"};
   double worst = 0;
-  for (const auto& row : r.rows) {
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    const auto& row = r.rows[i];
+    EXPECT_EQ(row.model, models[i]);
+    EXPECT_EQ(row.quant, i < 4 ? "Q8_0" : "Q4_0");
+    EXPECT_EQ(row.concurrency, i % 2 == 0 ? 1 : 2);
+    EXPECT_EQ(row.runs, 2);
     EXPECT_GT(row.measured_decode_tps, 0);
     EXPECT_GT(row.predicted_decode_tps, 0);
     EXPECT_GT(row.measured_prefill_tps, 0);
@@ -370,7 +393,22 @@ TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
   }
   EXPECT_DOUBLE_EQ(r.worst_decode_error, worst);
   EXPECT_FALSE(std::filesystem::exists(o.work_dir + "/tiny-Q8_0-s11.gguf"));  // not kept
+  EXPECT_FALSE(std::filesystem::exists(o.work_dir + "/tinier-Q4_0-s11.gguf"));
   std::filesystem::remove_all(o.work_dir);
+}
+
+TEST(Validate, EachPassStartsWithAnotherModel) {
+  EXPECT_EQ(pass_order(3, 0), (std::vector<std::size_t>{0, 1, 2}));
+  // Over three passes every model runs once in each position.
+  std::vector<std::vector<int>> seen(3, std::vector<int>(3, 0));
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto order = pass_order(3, pass);
+    ASSERT_EQ(order.size(), 3U);
+    for (std::size_t at = 0; at < 3; ++at) ++seen[order[at]][at];
+  }
+  for (const auto& model : seen) EXPECT_EQ(model, (std::vector<int>{1, 1, 1}));
+  EXPECT_EQ(pass_order(1, 5), (std::vector<std::size_t>{0}));
+  EXPECT_TRUE(pass_order(0, 2).empty());
 }
 
 }  // namespace
