@@ -66,6 +66,24 @@ struct PlannedModel {
   WeightInventory inventory;
 };
 
+// Removes the generated models when validate ends, by an error too, unless they are kept.
+class GeneratedFiles {
+ public:
+  explicit GeneratedFiles(bool keep) : keep_(keep) {}
+  ~GeneratedFiles() {
+    if (keep_) return;
+    std::error_code ignored;  // a destructor must not throw; a file already gone is fine
+    for (const auto& p : paths_) std::filesystem::remove(p, ignored);
+  }
+  GeneratedFiles(const GeneratedFiles&) = delete;
+  GeneratedFiles& operator=(const GeneratedFiles&) = delete;
+  void add(const std::string& path) { paths_.push_back(path); }
+
+ private:
+  bool keep_;
+  std::vector<std::string> paths_;
+};
+
 // A row's figures, one per pass.
 struct RowSamples {
   std::vector<double> measured_decode, measured_prefill;
@@ -97,10 +115,12 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
 
   // Every file first: each pass runs all of them.
   std::vector<PlannedModel> planned;  // quant-major, as the rows are reported
+  GeneratedFiles generated(o.keep_models);
   for (const auto& quant : o.quants) {
     for (const auto& vm : o.models) {
       const std::string path = (std::filesystem::path(o.work_dir) / fmt::format("{}-{}-s{}.gguf", vm.name, quant, o.seed)).string();
       if (!o.keep_models || !std::filesystem::exists(path)) {
+        generated.add(path);
         report_progress(fmt::format("generating {} {}", vm.name, quant));
         GenerateOptions g;
         g.shape = vm.shape;
@@ -186,9 +206,6 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
     report.worst_decode_error = std::max(report.worst_decode_error, std::abs(row.decode_error()));
     report.worst_prefill_error = std::max(report.worst_prefill_error, std::abs(row.prefill_error()));
     report.rows.push_back(row);
-  }
-  if (!o.keep_models) {
-    for (const auto& pm : planned) std::filesystem::remove(pm.path);
   }
   if (progress) progress("done", 1.0);
   return report;

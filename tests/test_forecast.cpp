@@ -397,6 +397,23 @@ TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
   std::filesystem::remove_all(o.work_dir);
 }
 
+TEST(Validate, AFailedRunLeavesNoGeneratedModelBehind) {
+  const Calibration c = synthetic_calibration(20, 0.05);
+  ValidateOptions o;
+  o.threads = 2;
+  o.work_dir = temp_path("validate-fails");
+  o.models = {{"tiny", llama_shape(2, 256, 512, 4, 2, 300, 64)}};
+  o.quants = {"Q8_0"};
+  o.concurrencies = {1};
+  o.prompt = 100;  // longer than the model's context of 64: the run fails after generation
+  o.gen = 4;
+  o.repeats = 1;
+  o.refresh_kernels = false;
+  EXPECT_THROW(validate_forecast(o, c), UsageError);
+  EXPECT_FALSE(std::filesystem::exists(o.work_dir + "/tiny-Q8_0-s11.gguf"));
+  std::filesystem::remove_all(o.work_dir);
+}
+
 TEST(Validate, EachPassStartsWithAnotherModel) {
   EXPECT_EQ(pass_order(3, 0), (std::vector<std::size_t>{0, 1, 2}));
   // Over three passes every model runs once in each position.
