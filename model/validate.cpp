@@ -5,7 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
+#include <string>
+#include <system_error>
+#include <vector>
 
+#include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/run.h"
 #include "model/forecast.h"
