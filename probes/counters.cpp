@@ -5,8 +5,10 @@
 
 #include <fmt/format.h>
 #include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 
 namespace infercast {
@@ -97,6 +99,27 @@ class LikwidSession final : public CounterSession {
   std::vector<int> cpus_;
 };
 
+// likwid prints its own complaint to stderr when it lacks access; the reason is recorded
+// instead, so stderr goes to /dev/null for the duration of a call.
+int quietly(const std::function<int()>& fn) {
+  std::fflush(stderr);
+  const int saved = dup(STDERR_FILENO);
+  const int null_fd = open("/dev/null", O_WRONLY);
+  if (null_fd >= 0) dup2(null_fd, STDERR_FILENO);
+  const int rc = fn();
+  std::fflush(stderr);
+  if (saved >= 0) {
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+  }
+  if (null_fd >= 0) close(null_fd);
+  return rc;
+}
+
+std::unique_ptr<CounterSession> likwid_unavailable(std::string reason) {
+  return std::make_unique<UnavailableSession>("likwid", std::move(reason));
+}
+
 }  // namespace
 
 std::unique_ptr<CounterSession> open_papi(const std::vector<std::string>& events) {
@@ -126,24 +149,61 @@ std::unique_ptr<CounterSession> open_papi(const std::vector<std::string>& events
   return std::make_unique<PapiSession>(event_set, events);
 }
 
+ChildOutcome run_in_child(const std::function<int()>& fn) {
+  int fds[2];
+  if (pipe(fds) != 0) return {false, 0, "pipe failed"};
+  // Whatever sits in the parent's stdio buffers would be written twice if the child exits.
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return {false, 0, "fork failed"};
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    const int value = fn();
+    const bool sent = write(fds[1], &value, sizeof value) == static_cast<ssize_t>(sizeof value);
+    _exit(sent ? 0 : 1);
+  }
+  close(fds[1]);
+  int value = 0;
+  std::size_t got = 0;
+  while (got < sizeof value) {
+    const ssize_t n = read(fds[0], reinterpret_cast<char*>(&value) + got, sizeof value - got);
+    if (n > 0) {
+      got += static_cast<std::size_t>(n);
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (got == sizeof value) return {true, value, ""};
+  if (WIFEXITED(status)) return {false, 0, fmt::format("exited with status {}", WEXITSTATUS(status))};
+  if (WIFSIGNALED(status)) return {false, 0, fmt::format("killed by signal {}", WTERMSIG(status))};
+  return {false, 0, "ended"};
+}
+
 std::unique_ptr<CounterSession> open_likwid(const std::vector<int>& cpus, const std::string& group) {
-  if (topology_init() != 0) {
-    return std::make_unique<UnavailableSession>("likwid", "likwid topology_init failed");
-  }
+  if (topology_init() != 0) return likwid_unavailable("likwid topology_init failed");
   std::vector<int> ids = cpus;
-  // likwid prints its own complaint to stderr when it lacks access; the reason is recorded
-  // below instead, so silence it for the duration of the call.
-  std::fflush(stderr);
-  const int saved = dup(STDERR_FILENO);
-  const int null_fd = open("/dev/null", O_WRONLY);
-  if (null_fd >= 0) dup2(null_fd, STDERR_FILENO);
-  const int rc = perfmon_init(static_cast<int>(ids.size()), ids.data());
-  std::fflush(stderr);
-  if (saved >= 0) {
-    dup2(saved, STDERR_FILENO);
-    close(saved);
+  const auto init = [&] { return perfmon_init(static_cast<int>(ids.size()), ids.data()); };
+  const ChildOutcome trial = run_in_child([&] {
+    const int rc = quietly(init);
+    if (rc >= 0) perfmon_finalize();
+    return rc;
+  });
+  if (!trial.returned) {
+    topology_finalize();
+    return likwid_unavailable(fmt::format("perfmon_init {} instead of returning: this likwid does not "
+                                          "support the CPU or cannot reach its counters",
+                                          trial.how));
   }
-  if (null_fd >= 0) close(null_fd);
+  // It returns here as it did in the child (an error code included).
+  const int rc = quietly(init);
   if (rc < 0) {
     topology_finalize();
     return std::make_unique<UnavailableSession>(

@@ -36,8 +36,20 @@ class CounterSession {
 std::unique_ptr<CounterSession> open_papi(const std::vector<std::string>& events);
 
 // likwid's perfmon on the given CPUs with a performance group (e.g. "MEM"). Unavailable, with
-// the reason, when perfmon cannot be initialised (no MSR or perf_event access).
+// the reason, when perfmon cannot be initialised (no MSR or perf_event access, or a CPU this
+// likwid does not know: likwid 5.2 calls exit() from perfmon_init on AMD family 1Ah, so the
+// call is tried in a child process first).
 std::unique_ptr<CounterSession> open_likwid(const std::vector<int>& cpus, const std::string& group);
+
+// Runs `fn` in a forked child: for library calls that may end the process instead of
+// returning an error. `returned` with fn's value if fn came back; otherwise `how` the child
+// ended ("exited with status 1", "killed by signal 11").
+struct ChildOutcome {
+  bool returned = false;
+  int value = 0;
+  std::string how;
+};
+ChildOutcome run_in_child(const std::function<int()>& fn);
 
 // The events the DRAM read probe asks PAPI for: last-level cache misses, which at 64 bytes per
 // miss give the memory traffic to compare with the timed bytes.

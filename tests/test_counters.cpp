@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "probes/counters.h"
 
 using namespace infercast;
@@ -54,4 +56,25 @@ TEST(Counters, ObserveReportsEveryBackend) {
     }
   }
   EXPECT_EQ(r.counted_bytes.has_value(), r.backends[0].available);
+}
+
+TEST(Counters, ACallThatEndsItsProcessIsToldFromOneThatReturns) {
+  const ChildOutcome returned = run_in_child([] { return -7; });
+  EXPECT_TRUE(returned.returned);
+  EXPECT_EQ(returned.value, -7);
+  const ChildOutcome exited = run_in_child([]() -> int { std::exit(1); });
+  EXPECT_FALSE(exited.returned);
+  // Not the status itself: a leak checker at exit may change it.
+  EXPECT_EQ(exited.how.rfind("exited with status ", 0), 0U) << exited.how;
+  const ChildOutcome killed = run_in_child([]() -> int { std::abort(); });
+  EXPECT_FALSE(killed.returned);
+  EXPECT_NE(killed.how.find("signal"), std::string::npos) << killed.how;
+}
+
+TEST(Counters, LikwidEitherOpensOrSaysWhyNotWithoutEndingTheProcess) {
+  auto s = open_likwid({0}, "MEM");
+  EXPECT_EQ(s->backend(), "likwid");
+  if (!s->available()) {
+    EXPECT_FALSE(s->reason().empty());
+  }
 }
