@@ -17,7 +17,10 @@ WeightView make_weight_view(GgmlType type, const void* data, std::size_t rows, s
 }
 
 WeightLayout preferred_layout(GgmlType type, IsaLevel level) {
-  return level == IsaLevel::avx2 && has_interleaved_layout(type) ? WeightLayout::interleaved8 : WeightLayout::gguf;
+  // AMX tiles read the GGUF layout as it is; below AMX the interleaved kernels are the faster
+  // ones at every batch (docs/PERFORMANCE.md), and the scalar reference reads either.
+  const bool vector = level == IsaLevel::avx2 || level == IsaLevel::avx512;
+  return vector && has_interleaved_layout(type) ? WeightLayout::interleaved8 : WeightLayout::gguf;
 }
 
 WeightView relayout(const WeightView& w, std::uint8_t* data, WeightLayout layout) {
@@ -115,7 +118,8 @@ const GemmKernel& GemmContext::select(GgmlType type, WeightLayout layout, std::s
   const CpuFeatures& cpu = features_;
   if (layout == WeightLayout::interleaved8) {
     // Whichever level the context runs at, only these read the interleaved bytes.
-    const GemmKernel* k = level_ >= IsaLevel::avx2 ? avx2_x8_gemm_kernel(type) : scalar_x8_gemm_kernel(type);
+    const GemmKernel* k = level_ >= IsaLevel::avx512 && cpu.avx512_vnni ? avx512_x8_gemm_kernel(type) : nullptr;
+    if (k == nullptr) k = level_ >= IsaLevel::avx2 ? avx2_x8_gemm_kernel(type) : scalar_x8_gemm_kernel(type);
     if (k == nullptr) throw UsageError(fmt::format("no kernel for interleaved {}", format_info(type).name));
     return *k;
   }

@@ -43,7 +43,9 @@ const GemmKernel* scalar_gemm_kernel(GgmlType type);
 const GemmKernel* avx2_gemm_kernel(GgmlType type, const CpuFeatures& cpu);
 const GemmKernel* avx512_gemm_kernel(GgmlType type, const CpuFeatures& cpu);
 const GemmKernel* amx_gemm_kernel(GgmlType type, std::size_t batch);
-// The kernels of the interleaved layout (every batch): AVX2, and the scalar reference.
+// The kernels of the interleaved layout (every batch): AVX-512 VNNI (not for every format), AVX2,
+// and the scalar reference.
+const GemmKernel* avx512_x8_gemm_kernel(GgmlType type);
 const GemmKernel* avx2_x8_gemm_kernel(GgmlType type);
 const GemmKernel* scalar_x8_gemm_kernel(GgmlType type);
 

@@ -14,6 +14,7 @@
 #include "kernels/half.h"
 #include "kernels/interleave.h"
 #include "kernels/simd_quantize.h"
+#include "kernels/x8_prefetch.h"
 
 namespace infercast {
 namespace {
@@ -78,32 +79,11 @@ INFERCAST_INLINE __m256i broadcast4(const std::int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
-// A group of eight rows is one sequential stream. The hardware prefetcher alone leaves DRAM
-// idle between its ramps, so each block asks for the lines `kAhead` bytes ahead (past the
-// group's end that is the next group, which the thread takes next; prefetches never fault).
-// A block's prefetches are spread over its work, part `i` of `parts` before each step. Issued
-// at once, the 18-27 lines of a K-quant block cost Q5_K and Q6_K GEMV a seventh of their
-// bandwidth (full miss buffers stalling the core, we think; this host has no counters to tell;
-// docs/PERFORMANCE.md has the A/B). Against 1.5-8 KiB and three or four streams, 6 KiB with two
-// streams per thread measured best or within the noise of the best for every format.
-constexpr std::size_t kAhead = 6144;
-
-template <std::size_t Bytes, int Parts>
-INFERCAST_INLINE void prefetch_part(const void* block, int i) {
-  constexpr std::size_t kLines = (Bytes + 63) / 64;
-  // Integer arithmetic: the address may lie past the buffer, which a pointer may not.
-  const std::uintptr_t p = reinterpret_cast<std::uintptr_t>(block) + kAhead;
-  const auto part = static_cast<std::size_t>(i);
-  // In assembly: GCC schedules _mm_prefetch freely and gathered a block's prefetches at its
-  // start again; a volatile asm stays where it is written.
-  for (std::size_t j = part * kLines / Parts; j < (part + 1) * kLines / Parts; ++j)
-    asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(p + 64 * j)));
-}
-
 // What the Q4_0 and Q8_0 kernels share: their activations, block size and tuning.
 struct Q8ActivationKernel {
   using Act = ActQ8_0;
   static constexpr std::size_t kElems = kQk;
+  static constexpr int kMaxNa = 4;
   static std::size_t act_row(std::size_t cols) { return act_q8_0_row(cols); }
 };
 
@@ -213,6 +193,8 @@ struct Q8_0x8 : Q8ActivationKernel {
 
 // --- Q4_K and Q5_K ----------------------------------------------------------------------------
 
+#include "kernels/k4x8_scales.inc"
+
 // Bit B of every byte moved to bit 4 (the fifth bit of a Q5_K quant), other bits cleared.
 template <int B>
 INFERCAST_INLINE __m256i bit_to_fifth(__m256i v) {
@@ -230,6 +212,7 @@ struct K4x8 {
   static constexpr bool kFive = std::is_same_v<X8, BlockQ5_Kx8>;
   using Act = BlockQ8_K;
   static constexpr std::size_t kElems = kQkK;
+  static constexpr int kMaxNa = 4;
   static std::size_t act_row(std::size_t cols) { return act_q8_k_row(cols); }
 
   // Sub-block 2J+H of every row (the low nibbles of qs[J] for H = 0, the high ones for 1):
@@ -274,29 +257,9 @@ struct K4x8 {
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t s,
                                      __m256 (&acc)[Na]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    // The 6-bit scales and mins of 8 sub-blocks x 8 rows, as bytes [sub-block][row].
-    const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales));
-    const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales + 32));
-    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.scales + 64));
     alignas(32) std::uint8_t sc[64];
     alignas(32) std::uint8_t mn[64];
-    _mm256_store_si256(
-        reinterpret_cast<__m256i*>(sc),
-        _mm256_or_si256(_mm256_and_si256(l0, m4),
-                        _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x03)), 4)));
-    _mm256_store_si256(
-        reinterpret_cast<__m256i*>(sc + 32),
-        _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(hb, _mm256_set1_epi8(0x30))));
-    _mm256_store_si256(
-        reinterpret_cast<__m256i*>(mn),
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                        _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x0C)), 2)));
-    _mm256_store_si256(
-        reinterpret_cast<__m256i*>(mn + 32),
-        _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-            _mm256_srli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(static_cast<char>(0xC0))), 2)));
+    decode_k4x8_scales(w.scales, sc, mn);
     __m256i isum[Na];
     for (auto& v : isum) v = _mm256_setzero_si256();
     prefetch_part<sizeof(X8), 8>(&w, 0);
@@ -356,6 +319,7 @@ struct Q6_Kx8 {
   using X8 = BlockQ6_Kx8;
   using Act = BlockQ8_K;
   static constexpr std::size_t kElems = kQkK;
+  static constexpr int kMaxNa = 4;
   static std::size_t act_row(std::size_t cols) { return act_q8_k_row(cols); }
 
   // Bits 2P, 2P+1 of every byte moved to bits 4, 5 (the top of a six-bit quant).
@@ -457,43 +421,8 @@ void groups(const GemmCall& c, std::size_t r0, std::size_t stride, std::size_t b
   }
 }
 
-// Every output row: full groups of eight through K::block, activations four (then two, one)
-// at a time, in blocks that stay in L2 while a thread's row groups pass over them. A GEMV
-// takes two groups at once from the two halves of the thread's rows: two streams keep more
-// DRAM requests in flight than one. Rows past the last full group are in the GGUF layout and
-// take the scalar tail.
-template <class K>
-void rows_x8(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t*) {
-  const std::size_t row = K::act_row(c.cols);
-  const std::size_t full = std::min(end, c.rows / kR * kR);
-  if (c.batch == 1) {
-    const std::size_t groups_here = full > begin ? (full - begin) / kR : 0;
-    const std::size_t half = groups_here / 2 * kR;
-    for (std::size_t r = begin; r < begin + half; r += kR) groups<K, 2, 1>(c, r, half, 0);
-    if (groups_here % 2 == 1) groups<K, 1, 1>(c, full - kR, 0, 0);
-  } else {
-    const std::size_t block = std::max<std::size_t>(4, (std::size_t{256} << 10) / row / 4 * 4);
-    for (std::size_t b0 = 0; b0 < c.batch; b0 += block) {
-      const std::size_t b1 = std::min(c.batch, b0 + block);
-      for (std::size_t r = begin; r < full; r += kR) {
-        std::size_t b = b0;
-        for (; b + 4 <= b1; b += 4) groups<K, 1, 4>(c, r, 0, b);
-        for (; b + 2 <= b1; b += 2) groups<K, 1, 2>(c, r, 0, b);
-        if (b < b1) groups<K, 1, 1>(c, r, 0, b);
-      }
-    }
-  }
-  for (std::size_t r = std::max(begin, full); r < end; ++r) {
-    for (std::size_t b = 0; b < c.batch; ++b)
-      c.y[b * c.ldy + r] = K::tail(c, r, c.packed + b * row);
-  }
-}
-
-template <class K>
-constexpr GemmKernel x8_kernel(GgmlType type, std::size_t (*bytes)(std::size_t, std::size_t),
-                               void (*pack)(const GemmCall&, std::size_t, std::size_t)) {
-  return GemmKernel{"avx2_x8", type, bytes, pack, 1, rows_x8<K>, kR, nullptr};
-}
+constexpr const char* kX8KernelName = "avx2_x8";
+#include "kernels/x8_rows.inc"
 
 const std::array kKernels = {
     x8_kernel<Q4_0x8>(GgmlType::q4_0, packed_q8_0, pack_q8_0),

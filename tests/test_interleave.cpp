@@ -138,13 +138,12 @@ TEST(Interleave, FormatsWithoutTheLayoutAreLeftAlone) {
   EXPECT_THROW(validate_weights(bad), UsageError);
 }
 
-TEST(Interleave, AvxTwoPrefersItForTheBlockFormatsOnly) {
+TEST(Interleave, VectorLevelsPreferItForTheBlockFormatsOnly) {
   for (GgmlType t : interleaved_formats()) {
-    EXPECT_EQ(preferred_layout(t, IsaLevel::avx2), WeightLayout::interleaved8)
-        << format_info(t).name;
-    // AVX-512 and AMX stream the GGUF layout at memory speed, and AMX tiles read it as it is.
+    EXPECT_EQ(preferred_layout(t, IsaLevel::avx2), WeightLayout::interleaved8) << format_info(t).name;
+    EXPECT_EQ(preferred_layout(t, IsaLevel::avx512), WeightLayout::interleaved8) << format_info(t).name;
+    // The scalar reference gains nothing from it, and AMX tiles read the GGUF layout as it is.
     EXPECT_EQ(preferred_layout(t, IsaLevel::scalar), WeightLayout::gguf);
-    EXPECT_EQ(preferred_layout(t, IsaLevel::avx512), WeightLayout::gguf);
     EXPECT_EQ(preferred_layout(t, IsaLevel::amx), WeightLayout::gguf);
   }
 }
@@ -159,7 +158,20 @@ TEST(Interleave, EachLayoutGoesToItsOwnKernels) {
                     .kernel_name(GgmlType::q4_0, batch, 4096, WeightLayout::interleaved8),
                 "avx2_x8");
     }
-    EXPECT_EQ(GemmContext(1, IsaLevel::avx2).kernel_name(GgmlType::q4_0, 1, 4096), "avx2");
+    const std::string row_kernel = host_cpu().avx_vnni ? "avx2_vnni" : "avx2";
+    EXPECT_EQ(GemmContext(1, IsaLevel::avx2).kernel_name(GgmlType::q4_0, 1, 4096), row_kernel);
+  }
+  if (max_supported_level(host_cpu()) >= IsaLevel::avx512) {
+    // VNNI has its own interleaved kernels for four formats; Q5_K and CPUs without VNNI keep AVX2's.
+    const std::string q4_0 = host_cpu().avx512_vnni ? "avx512_x8" : "avx2_x8";
+    for (std::size_t batch : {1U, 4U, 64U, 512U}) {
+      EXPECT_EQ(GemmContext(1, IsaLevel::avx512).kernel_name(GgmlType::q4_0, batch, 4096, WeightLayout::interleaved8), q4_0);
+    }
+    EXPECT_EQ(GemmContext(1, IsaLevel::avx512).kernel_name(GgmlType::q5_k, 1, 4096, WeightLayout::interleaved8), "avx2_x8");
+    CpuFeatures older = host_cpu();
+    older.avx512_vnni = false;
+    EXPECT_EQ(GemmContext(1, IsaLevel::avx512, older).kernel_name(GgmlType::q6_k, 8, 4096, WeightLayout::interleaved8),
+              "avx2_x8");
   }
 }
 

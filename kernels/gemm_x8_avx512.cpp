@@ -1,0 +1,382 @@
+// AVX-512 VNNI kernels for the interleaved layout (kernels/interleave.h). A 512-bit load takes
+// two consecutive 32-byte steps of a group of eight rows; one vpermd per load puts row r's two
+// steps side by side in lanes 2r and 2r+1, so the eight activation quants they need are one
+// 64-bit broadcast (vpbroadcastq) from the activation row as it was quantized. The permute is
+// paid once per weight vector and shared by every activation row of a batch, which is where
+// the 256-bit kernels spend most of their instructions (widening vpmaddubsw sums); vpdpbusd
+// multiplies and accumulates 64 quant pairs in one instruction instead.
+//
+// Q5_K has no kernel here: the AVX2 interleaved kernel serves it at this level.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "kernels/formats.h"
+#include "kernels/gemm_kernels.h"
+#include "kernels/half.h"
+#include "kernels/interleave.h"
+#include "kernels/simd_quantize.h"
+#include "kernels/x8_prefetch.h"
+
+namespace infercast {
+namespace {
+
+constexpr std::size_t kR = kInterleave;
+
+// Lane 2r <- lane r (step t of row r), lane 2r+1 <- lane 8+r (step t+1 of row r).
+INFERCAST_INLINE __m512i pair_steps(__m512i v) {
+  const __m512i idx = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  return _mm512_permutexvar_epi32(idx, v);
+}
+
+INFERCAST_INLINE __m512i load_pair(const void* p) {
+  return pair_steps(_mm512_loadu_si512(p));
+}
+
+// Eight activation quants (two dwords) in every lane pair.
+INFERCAST_INLINE __m512i broadcast8(const std::int8_t* p) {
+  std::int64_t v = 0;
+  std::memcpy(&v, p, 8);
+  return _mm512_set1_epi64(v);
+}
+
+// Eight fp16 row scales, each in both lanes of its row's pair.
+INFERCAST_INLINE __m512 row_scales(const std::uint16_t* d) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(d));
+  return _mm512_cvtph_ps(_mm256_set_m128i(_mm_unpackhi_epi16(h, h), _mm_unpacklo_epi16(h, h)));
+}
+
+// Eight 8-bit values (one per row), each in both lanes of its row's pair, as int32.
+template <bool Signed>
+INFERCAST_INLINE __m512i row_bytes8(const void* p) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m128i twice = _mm_unpacklo_epi8(b, b);
+  return Signed ? _mm512_cvtepi8_epi32(twice) : _mm512_cvtepu8_epi32(twice);
+}
+
+// Row r's output is lane 2r plus lane 2r+1.
+INFERCAST_INLINE __m256 fold_pairs(__m512 v) {
+  const __m512 s = _mm512_add_ps(v, _mm512_permute_ps(v, 0xB1));
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
+  return _mm512_castps512_ps256(_mm512_permutexvar_ps(even, s));
+}
+
+// An offset added once per row: in the even lane of each pair only.
+INFERCAST_INLINE __m512i once_per_row(std::int32_t v) { return _mm512_maskz_set1_epi32(0x5555, v); }
+
+// --- Activations ------------------------------------------------------------------------------
+
+// Q4_0 and Q8_0 take Q8_0 activations with the scale as a float and the block's offset ready:
+// -8 x sum (Q4_0's nibbles are q + 8) or -128 x sum (Q8_0's quants are read as q + 128).
+struct ActQ8_0 {
+  float d;
+  std::int32_t offset;
+  std::int8_t qs[kQk];
+};
+static_assert(sizeof(ActQ8_0) == 40);
+
+std::size_t act_q8_0_row(std::size_t cols) { return round_up(cols / kQk * sizeof(ActQ8_0), 64); }
+std::size_t act_q8_k_row(std::size_t cols) { return round_up(cols / kQkK * sizeof(BlockQ8_K), 64); }
+std::size_t packed_q8_0(std::size_t batch, std::size_t cols) { return batch * act_q8_0_row(cols); }
+std::size_t packed_q8_k(std::size_t batch, std::size_t cols) { return batch * act_q8_k_row(cols); }
+
+template <int OffsetPerUnit>
+void pack_q8_0(const GemmCall& c, std::size_t begin, std::size_t end) {
+  const auto quantize = avx512_activation_quantizers().q8_0;
+  for (std::size_t b = begin; b < end; ++b) {
+    auto* out = reinterpret_cast<ActQ8_0*>(c.packed + b * act_q8_0_row(c.cols));
+    const float* x = c.x + b * c.ldx;
+    for (std::size_t k = 0; k < c.cols / kQk; ++k) {
+      BlockQ8_0 q;
+      quantize(x + k * kQk, &q, kQk);
+      out[k].d = _cvtsh_ss(q.d);
+      std::memcpy(out[k].qs, q.qs, kQk);
+      const __m512i wide = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q.qs)));
+      const __m512i wide2 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q.qs + 16)));
+      out[k].offset = -OffsetPerUnit * _mm512_reduce_add_epi32(_mm512_add_epi32(wide, wide2));
+    }
+  }
+}
+
+void pack_q8_k(const GemmCall& c, std::size_t begin, std::size_t end) {
+  const auto quantize = avx512_activation_quantizers().q8_k;
+  for (std::size_t b = begin; b < end; ++b)
+    quantize(c.x + b * c.ldx, reinterpret_cast<BlockQ8_K*>(c.packed + b * act_q8_k_row(c.cols)), c.cols);
+}
+
+struct Q8ActivationKernel {
+  using Act = ActQ8_0;
+  static constexpr std::size_t kElems = kQk;
+  static constexpr int kMaxNa = 8;
+  static std::size_t act_row(std::size_t cols) { return act_q8_0_row(cols); }
+};
+
+// acc += (dot as float) x (row scales x the activation row's scale).
+template <int Na>
+INFERCAST_INLINE void add_scaled(const __m512i (&dot)[Na], __m512 dw, const ActQ8_0* const (&x)[Na],
+                                 std::size_t b, __m512 (&acc)[Na]) {
+  INFERCAST_UNROLL
+  for (int a = 0; a < Na; ++a)
+    acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[a]), _mm512_mul_ps(dw, _mm512_set1_ps(x[a][b].d)), acc[a]);
+}
+
+// --- Q4_0 -------------------------------------------------------------------------------------
+
+struct Q4_0x8 : Q8ActivationKernel {
+  using X8 = BlockQ4_0x8;
+  static constexpr int kOffset = 8;
+
+  template <int Na>
+  INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b, __m512 (&acc)[Na]) {
+    prefetch_part<sizeof(X8), 1>(&w, 0);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i v0 = load_pair(w.qs[0]);  // elements 0-3 | 4-7 (low nibbles), 16-23 (high)
+    const __m512i v1 = load_pair(w.qs[2]);  // elements 8-15 (low), 24-31 (high)
+    const __m512i q[4] = {_mm512_and_si512(v0, m4), _mm512_and_si512(v1, m4),
+                          _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4),
+                          _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4)};
+    __m512i dot[Na];
+    INFERCAST_UNROLL
+    for (int a = 0; a < Na; ++a) {
+      const Act& xa = x[a][b];
+      dot[a] = once_per_row(xa.offset);
+      INFERCAST_UNROLL
+      for (int p = 0; p < 4; ++p) dot[a] = _mm512_dpbusd_epi32(dot[a], q[p], broadcast8(xa.qs + 8 * p));
+    }
+    add_scaled(dot, row_scales(w.d), x, b, acc);
+  }
+
+  static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
+    const auto* w = reinterpret_cast<const BlockQ4_0*>(c.w + r * c.row_bytes);
+    const auto* x = reinterpret_cast<const Act*>(act);
+    float sum = 0;
+    for (std::size_t b = 0; b < c.cols / kQk; ++b) {
+      int isum = x[b].offset;
+      for (int j = 0; j < kQk / 2; ++j)
+        isum += (w[b].qs[j] & 0xF) * x[b].qs[j] + (w[b].qs[j] >> 4) * x[b].qs[j + 16];
+      sum += static_cast<float>(isum) * (_cvtsh_ss(w[b].d) * x[b].d);
+    }
+    return sum;
+  }
+};
+
+// --- Q8_0 -------------------------------------------------------------------------------------
+
+struct Q8_0x8 : Q8ActivationKernel {
+  using X8 = BlockQ8_0x8;
+  static constexpr int kOffset = 128;
+
+  template <int Na>
+  INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b, __m512 (&acc)[Na]) {
+    prefetch_part<sizeof(X8), 1>(&w, 0);
+    // vpdpbusd wants one unsigned side: q + 128, with -128 x sum in the activation's offset.
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512i q[4];
+    INFERCAST_UNROLL
+    for (int p = 0; p < 4; ++p) q[p] = _mm512_xor_si512(load_pair(w.qs[2 * p]), flip);
+    __m512i dot[Na];
+    INFERCAST_UNROLL
+    for (int a = 0; a < Na; ++a) {
+      const Act& xa = x[a][b];
+      dot[a] = once_per_row(xa.offset);
+      INFERCAST_UNROLL
+      for (int p = 0; p < 4; ++p) dot[a] = _mm512_dpbusd_epi32(dot[a], q[p], broadcast8(xa.qs + 8 * p));
+    }
+    add_scaled(dot, row_scales(w.d), x, b, acc);
+  }
+
+  static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
+    const auto* w = reinterpret_cast<const BlockQ8_0*>(c.w + r * c.row_bytes);
+    const auto* x = reinterpret_cast<const Act*>(act);
+    float sum = 0;
+    for (std::size_t b = 0; b < c.cols / kQk; ++b) {
+      int isum = 0;
+      for (int j = 0; j < kQk; ++j) isum += w[b].qs[j] * x[b].qs[j];
+      sum += static_cast<float>(isum) * (_cvtsh_ss(w[b].d) * x[b].d);
+    }
+    return sum;
+  }
+};
+
+// --- Q4_K -------------------------------------------------------------------------------------
+
+#include "kernels/k4x8_scales.inc"
+
+struct Q4_Kx8 {
+  using X8 = BlockQ4_Kx8;
+  using Act = BlockQ8_K;
+  static constexpr std::size_t kElems = kQkK;
+  // Two sub-blocks' eight weight vectors and an integer sum per activation row stay in registers.
+  static constexpr int kMaxNa = 4;
+  static std::size_t act_row(std::size_t cols) { return act_q8_k_row(cols); }
+
+  template <int Na>
+  INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t s, __m512 (&acc)[Na]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    alignas(32) std::uint8_t sc[64];
+    alignas(32) std::uint8_t mn[64];
+    decode_k4x8_scales(w.scales, sc, mn);
+    __m512i isum[Na];
+    for (auto& v : isum) v = _mm512_setzero_si512();
+    INFERCAST_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      prefetch_part<sizeof(X8), 4>(&w, j);
+      __m512i lo[4];
+      __m512i hi[4];
+      INFERCAST_UNROLL
+      for (int p = 0; p < 4; ++p) {
+        const __m512i v = load_pair(w.qs[j][2 * p]);
+        lo[p] = _mm512_and_si512(v, m4);                         // sub-block 2j
+        hi[p] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);   // sub-block 2j+1
+      }
+      const __m512i sc_lo = row_bytes8<false>(sc + 16 * j);
+      const __m512i sc_hi = row_bytes8<false>(sc + 16 * j + 8);
+      INFERCAST_UNROLL
+      for (int a = 0; a < Na; ++a) {
+        const std::int8_t* xq = x[a][s].qs + 64 * j;
+        __m512i d0 = _mm512_setzero_si512();
+        __m512i d1 = _mm512_setzero_si512();
+        INFERCAST_UNROLL
+        for (int p = 0; p < 4; ++p) {
+          d0 = _mm512_dpbusd_epi32(d0, lo[p], broadcast8(xq + 8 * p));
+          d1 = _mm512_dpbusd_epi32(d1, hi[p], broadcast8(xq + 32 + 8 * p));
+        }
+        isum[a] = _mm512_add_epi32(isum[a], _mm512_add_epi32(_mm512_mullo_epi32(d0, sc_lo), _mm512_mullo_epi32(d1, sc_hi)));
+      }
+    }
+    // Mins: rows' (min 2j, min 2j+1) as an int16 pair in the even lane of each row's pair (the
+    // odd lane zero), against the activations' (sum 2j, sum 2j+1).
+    __m512i mins[4];
+    INFERCAST_UNROLL
+    for (int j = 0; j < 4; ++j) {
+      const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn + 16 * j));
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(mn + 16 * j + 8));
+      mins[j] = _mm512_cvtepu32_epi64(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b)));
+    }
+    const __m512 dw = row_scales(w.d);
+    const __m512 dmw = row_scales(w.dmin);
+    INFERCAST_UNROLL
+    for (int a = 0; a < Na; ++a) {
+      const Act& xa = x[a][s];
+      alignas(16) std::int32_t sums[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(sums),
+                      _mm_hadd_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.bsums)),
+                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.bsums + 8))));
+      __m512i msum = _mm512_madd_epi16(mins[0], _mm512_set1_epi32(sums[0]));
+      INFERCAST_UNROLL
+      for (int j = 1; j < 4; ++j) msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mins[j], _mm512_set1_epi32(sums[j])));
+      const __m512 da = _mm512_set1_ps(xa.d);
+      acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[a]), _mm512_mul_ps(dw, da), acc[a]);
+      acc[a] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmw, da), acc[a]);
+    }
+  }
+
+  static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
+    return format_info(GgmlType::q4_k).dot(c.w + r * c.row_bytes, act, c.cols);
+  }
+};
+
+// --- Q6_K -------------------------------------------------------------------------------------
+
+struct Q6_Kx8 {
+  using X8 = BlockQ6_Kx8;
+  using Act = BlockQ8_K;
+  static constexpr std::size_t kElems = kQkK;
+  static constexpr int kMaxNa = 4;
+  static std::size_t act_row(std::size_t cols) { return act_q8_k_row(cols); }
+
+  template <int Na>
+  INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t s, __m512 (&acc)[Na]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i top = _mm512_set1_epi8(0x30);
+    // Bits 2p, 2p+1 of a qh byte to bits 4, 5: even lanes hold step p = 0 (or 2), odd p = 1 (3).
+    const __m512i left01 = _mm512_setr_epi32(4, 2, 4, 2, 4, 2, 4, 2, 4, 2, 4, 2, 4, 2, 4, 2);
+    const __m512i right23 = _mm512_setr_epi32(0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2);
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    // -32 x each 16-quant sum: the six-bit quants are q + 32.
+    alignas(64) std::int32_t offsets[Na][16];
+    INFERCAST_UNROLL
+    for (int a = 0; a < Na; ++a) {
+      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[a][s].bsums));
+      _mm512_store_si512(offsets[a], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_cvtepi16_epi32(bs), 5)));
+    }
+    __m512i isum[Na];
+    for (auto& v : isum) v = _mm512_setzero_si512();
+    for (int u = 0; u < 8; ++u) {
+      prefetch_part<sizeof(X8), 8>(&w, u);
+      const __m512i l01 = load_pair(w.ql[u][0]);
+      const __m512i l23 = load_pair(w.ql[u][2]);
+      INFERCAST_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const __m512i qh = _mm512_permutexvar_epi32(
+            dup, _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qh[u][h]))));
+        const __m512i low01 = h == 0 ? l01 : _mm512_srli_epi16(l01, 4);
+        const __m512i low23 = h == 0 ? l23 : _mm512_srli_epi16(l23, 4);
+        const __m512i q01 = _mm512_or_si512(_mm512_and_si512(low01, m4), _mm512_and_si512(_mm512_sllv_epi32(qh, left01), top));
+        const __m512i q23 = _mm512_or_si512(_mm512_and_si512(low23, m4), _mm512_and_si512(_mm512_srlv_epi32(qh, right23), top));
+        const int g = 2 * u + h;
+        const __m512i scale = row_bytes8<true>(w.scales[g]);
+        INFERCAST_UNROLL
+        for (int a = 0; a < Na; ++a) {
+          const std::int8_t* xq = x[a][s].qs + 16 * g;
+          __m512i dot = once_per_row(offsets[a][g]);
+          dot = _mm512_dpbusd_epi32(dot, q01, broadcast8(xq));
+          dot = _mm512_dpbusd_epi32(dot, q23, broadcast8(xq + 8));
+          isum[a] = _mm512_add_epi32(isum[a], _mm512_mullo_epi32(dot, scale));
+        }
+      }
+    }
+    const __m512 dw = row_scales(w.d);
+    INFERCAST_UNROLL
+    for (int a = 0; a < Na; ++a)
+      acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[a]), _mm512_mul_ps(dw, _mm512_set1_ps(x[a][s].d)), acc[a]);
+  }
+
+  static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
+    return format_info(GgmlType::q6_k).dot(c.w + r * c.row_bytes, act, c.cols);
+  }
+};
+
+// Ng groups of eight rows against Na activation rows: one pass over the blocks, each group its
+// own sequential stream.
+template <class K, int Ng, int Na>
+void groups(const GemmCall& c, std::size_t r0, std::size_t stride, std::size_t b0) {
+  const typename K::X8* w[Ng];
+  for (int g = 0; g < Ng; ++g) w[g] = reinterpret_cast<const typename K::X8*>(c.w + (r0 + g * stride) * c.row_bytes);
+  const typename K::Act* x[Na];
+  for (int a = 0; a < Na; ++a) x[a] = reinterpret_cast<const typename K::Act*>(c.packed + (b0 + a) * K::act_row(c.cols));
+  __m512 acc[Ng][Na];
+  for (auto& row : acc) {
+    for (auto& v : row) v = _mm512_setzero_ps();
+  }
+  for (std::size_t b = 0; b < c.cols / K::kElems; ++b) {
+    INFERCAST_UNROLL
+    for (int g = 0; g < Ng; ++g) K::template block<Na>(w[g][b], x, b, acc[g]);
+  }
+  for (int g = 0; g < Ng; ++g) {
+    for (int a = 0; a < Na; ++a) _mm256_storeu_ps(c.y + (b0 + a) * c.ldy + r0 + g * stride, fold_pairs(acc[g][a]));
+  }
+}
+
+constexpr const char* kX8KernelName = "avx512_x8";
+#include "kernels/x8_rows.inc"
+
+const std::array kKernels = {
+    x8_kernel<Q4_0x8>(GgmlType::q4_0, packed_q8_0, pack_q8_0<Q4_0x8::kOffset>),
+    x8_kernel<Q8_0x8>(GgmlType::q8_0, packed_q8_0, pack_q8_0<Q8_0x8::kOffset>),
+    x8_kernel<Q4_Kx8>(GgmlType::q4_k, packed_q8_k, pack_q8_k),
+    x8_kernel<Q6_Kx8>(GgmlType::q6_k, packed_q8_k, pack_q8_k),
+};
+
+}  // namespace
+
+const GemmKernel* avx512_x8_gemm_kernel(GgmlType type) {
+  for (const auto& k : kKernels) {
+    if (k.type == type) return &k;
+  }
+  return nullptr;
+}
+
+}  // namespace infercast

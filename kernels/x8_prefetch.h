@@ -1,0 +1,34 @@
+#pragma once
+// Software prefetch of the interleaved kernels (AVX2 and AVX-512), shared so both stream the
+// same distance ahead.
+//
+// A group of eight rows is one sequential stream. The hardware prefetcher alone leaves DRAM
+// idle between its ramps, so each block asks for the lines `kX8Ahead` bytes ahead (past the
+// group's end that is the next group, which the thread takes next; prefetches never fault).
+// A block's prefetches are spread over its work, part `i` of `parts` before each step. Issued
+// at once, the 18-27 lines of a K-quant block cost Q5_K and Q6_K GEMV a seventh of their
+// bandwidth (full miss buffers stalling the core, we think; the host had no counters to tell;
+// docs/PERFORMANCE.md has the A/B). Against 1.5-8 KiB and three or four streams, 6 KiB with two
+// streams per thread measured best or within the noise of the best for every format.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/gemm_kernels.h"
+
+namespace infercast {
+
+inline constexpr std::size_t kX8Ahead = 6144;
+
+template <std::size_t Bytes, int Parts>
+INFERCAST_INLINE void prefetch_part(const void* block, int i) {
+  constexpr std::size_t kLines = (Bytes + 63) / 64;
+  // Integer arithmetic: the address may lie past the buffer, which a pointer may not.
+  const std::uintptr_t p = reinterpret_cast<std::uintptr_t>(block) + kX8Ahead;
+  const auto part = static_cast<std::size_t>(i);
+  // In assembly: GCC schedules _mm_prefetch freely and gathered a block's prefetches at its
+  // start again; a volatile asm stays where it is written.
+  for (std::size_t j = part * kLines / Parts; j < (part + 1) * kLines / Parts; ++j)
+    asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(p + 64 * j)));
+}
+
+}  // namespace infercast
