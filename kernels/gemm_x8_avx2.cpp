@@ -84,6 +84,7 @@ struct Q8ActivationKernel {
   using Act = ActQ8_0;
   static constexpr std::size_t kElems = kQk;
   static constexpr int kMaxNa = 4;
+  static constexpr int kTwoStreamBatch = 1;
   static std::size_t act_row(std::size_t cols) { return act_q8_0_row(cols); }
 };
 
@@ -213,6 +214,7 @@ struct K4x8 {
   using Act = BlockQ8_K;
   static constexpr std::size_t kElems = kQkK;
   static constexpr int kMaxNa = 4;
+  static constexpr int kTwoStreamBatch = 1;
   static std::size_t act_row(std::size_t cols) { return act_q8_k_row(cols); }
 
   // Sub-block 2J+H of every row (the low nibbles of qs[J] for H = 0, the high ones for 1):
@@ -320,6 +322,7 @@ struct Q6_Kx8 {
   using Act = BlockQ8_K;
   static constexpr std::size_t kElems = kQkK;
   static constexpr int kMaxNa = 4;
+  static constexpr int kTwoStreamBatch = 1;
   static std::size_t act_row(std::size_t cols) { return act_q8_k_row(cols); }
 
   // Bits 2P, 2P+1 of every byte moved to bits 4, 5 (the top of a six-bit quant).
