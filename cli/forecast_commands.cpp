@@ -40,6 +40,7 @@ struct CalibrateArgs {
   unsigned threads = 0;
   double min_time = 0.25;
   std::string work_dir;
+  std::string footprint;
   bool kernels_only = false;
 };
 
@@ -51,6 +52,11 @@ Calibration run_calibration(const CalibrateArgs& a, nlohmann::json& profile) {
   if (o.threads > host_topology().cores) throw UsageError(fmt::format("--threads must be between 1 and {} (the physical cores)", host_topology().cores));
   if (!(a.min_time > 0)) throw UsageError("--min-time must be positive");
   o.min_time = a.min_time;
+  if (!a.footprint.empty()) {
+    const auto bytes = parse_size(a.footprint);
+    if (!bytes || *bytes == 0) throw UsageError(fmt::format("--footprint '{}' is not a size such as 512MiB", a.footprint));
+    o.footprint_bytes = *bytes;
+  }
   o.engine = !a.kernels_only;
   o.work_dir = a.work_dir.empty() ? std::filesystem::temp_directory_path().string() : a.work_dir;
   ProgressPrinter progress;
@@ -385,6 +391,8 @@ void add_calibrate_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--threads", a->threads, "Threads (default: all physical cores)");
   cmd->add_option("--min-time", a->min_time, "Seconds of timed passes per kernel point")->capture_default_str();
   cmd->add_option("--work-dir", a->work_dir, "Where the calibration model is written (default: the temp directory)");
+  cmd->add_option("--footprint", a->footprint,
+                  "Weight bytes cycled per kernel point (default: 4x LLC, at least 256MiB; validate reuses it)");
   cmd->add_flag("--kernels-only", a->kernels_only, "Skip the engine runs (described-machine forecasts only)");
   cmd->callback([a, &exit_status] {
     nlohmann::json profile = read_json_file(a->profile, fmt::format("run `infercast probe --out {}` first", a->profile));

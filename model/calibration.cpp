@@ -152,6 +152,7 @@ void measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double
   sweep.shapes = {{kLongRows[0], kLongRows[1]}, {kShortRows[0], kShortRows[1]}, {kSmall[0], kSmall[1]}};
   sweep.threads = c.threads;
   sweep.min_time = min_time;
+  sweep.footprint_bytes = c.footprint_bytes;
   Ceilings ceilings;
   ceilings.dram_read_gbs = c.dram_read_gbs;
   const auto points = run_kernel_sweep(sweep, ceilings, [&](const std::string& what, double f) {
@@ -271,7 +272,7 @@ nlohmann::json to_json(const Calibration& c) {
                     {"decode_gemm_seconds_per_step", r.decode_gemm_seconds_per_step}});
   }
   nlohmann::json j = {{"schema", "infercast.calibration/1"}, {"measured_at", c.measured_at}, {"threads", c.threads},
-                      {"dram_read_gbs", c.dram_read_gbs}, {"sweep_cv", c.sweep_cv}, {"matrix_residual", c.matrix_residual}, {"curves", curves},
+                      {"dram_read_gbs", c.dram_read_gbs}, {"sweep_cv", c.sweep_cv}, {"footprint_bytes", c.footprint_bytes}, {"matrix_residual", c.matrix_residual}, {"curves", curves},
                       {"core_gbs", core}, {"runs", runs}};
   if (c.engine) {
     j["engine"] = {{"seconds_per_call", c.engine->seconds_per_call},
@@ -290,6 +291,7 @@ Calibration calibration_from_json(const nlohmann::json& j) {
     c.threads = j.at("threads").get<unsigned>();
     c.dram_read_gbs = j.at("dram_read_gbs").get<double>();
     c.sweep_cv = j.value("sweep_cv", 0.0);
+    c.footprint_bytes = j.value("footprint_bytes", std::uint64_t{0});
     c.matrix_residual = j.value("matrix_residual", 0.0);
     for (const auto& [name, points] : j.at("curves").items()) {
       auto& list = c.curves[type_from_name(name)];
@@ -353,6 +355,7 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
   c.measured_at = utc_timestamp();
   c.threads = o.threads;
   c.dram_read_gbs = dram_read_gbs;
+  c.footprint_bytes = o.footprint_bytes;
 
   // 1. The kernel sweep: every weight format, weights from DRAM.
   const double sweep_share = o.engine ? 0.45 : 0.9;

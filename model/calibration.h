@@ -72,6 +72,9 @@ struct Calibration {
   unsigned threads = 0;
   double dram_read_gbs = 0;
   double sweep_cv = 0;  // median coefficient of variation of the sweep's passes
+  // Weight bytes each sweep point cycles through (0: the kernels' default, 4x the last-level
+  // cache); validate's refreshes use the same.
+  std::uint64_t footprint_bytes = 0;
   std::map<GgmlType, std::vector<CurvePoint>> curves;
   std::map<GgmlType, double> core_gbs;
   std::optional<EngineOverheads> engine;
@@ -128,10 +131,11 @@ struct CalibrationOptions {
   std::string work_dir;           // where the calibration models are written (and removed)
   bool engine = true;             // also fit the engine overheads
   double min_time = 0.25;         // per sweep point
+  std::uint64_t footprint_bytes = 0;  // per sweep point (0: 4x the last-level cache)
   std::uint64_t seed = 7;
 };
-// Measures (or measures again) the curves of `formats` at the calibration's thread count,
-// replacing theirs. `validate` refreshes the formats of each model just before running it, so
+// Measures (or measures again) the curves of `formats` at the calibration's thread count and
+// footprint, replacing theirs. `validate` refreshes the formats of each model just before running it, so
 // the drift of a shared machine between calibration and validation stays out of the error.
 void measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double min_time, const CalibrationProgress& progress = {});
 

@@ -271,5 +271,6 @@ TEST(CliForecast, BadInputExitsWithStatusTwo) {
     "summary": {"dram_read_gbs": 20.0, "peak_fp32_gflops": 200.0},
     "topology": {"total_memory_bytes": 25000000000, "available_memory_bytes": 20000000000, "cores": 2}})");
   expect_usage_error("calibrate --profile " + profile.string() + " --work-dir " + profile.string() + "/models", "--work-dir");
+  expect_usage_error("calibrate --profile " + profile.string() + " --footprint lots", "--footprint");
   fs::remove(profile);
 }

@@ -200,8 +200,10 @@ TEST(Calibration, InterpolatesExtendsAndRoundTrips) {
   EXPECT_NEAR(c.seconds_per_byte(GgmlType::q4_0, 512), b1 * (1 + 0.1 * 511), 1e-18);
   c.curves.erase(GgmlType::q5_k);
   EXPECT_THROW((void)c.seconds_per_byte(GgmlType::q5_k, 1), UsageError);
+  c.footprint_bytes = std::uint64_t{512} << 20;
   const Calibration back = calibration_from_json(to_json(c));
   EXPECT_DOUBLE_EQ(back.seconds_per_byte(GgmlType::q8_0, 100), c.seconds_per_byte(GgmlType::q8_0, 100));
+  EXPECT_EQ(back.footprint_bytes, c.footprint_bytes);  // validate's refreshes sweep the same bytes
   ASSERT_TRUE(back.engine);
   EXPECT_DOUBLE_EQ(back.engine->seconds_per_call, 10e-6);
   EXPECT_EQ(back.runs.size(), 1U);
