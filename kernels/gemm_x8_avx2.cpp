@@ -437,11 +437,6 @@ const std::array kKernels = {
 
 }  // namespace
 
-const GemmKernel* avx2_x8_gemm_kernel(GgmlType type) {
-  for (const auto& k : kKernels) {
-    if (k.type == type) return &k;
-  }
-  return nullptr;
-}
+const GemmKernel* avx2_x8_gemm_kernel(GgmlType type) { return find_x8_kernel(kKernels, type); }
 
 }  // namespace infercast

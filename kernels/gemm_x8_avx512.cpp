@@ -123,6 +123,22 @@ INFERCAST_INLINE void add_scaled(const __m512i (&dot)[Na], __m512 dw, const ActQ
     acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[a]), _mm512_mul_ps(dw, _mm512_set1_ps(x[a][b].d)), acc[a]);
 }
 
+// A Q4_0/Q8_0 block's four unsigned weight vectors (elements 8p..8p+7 of each row in vector p)
+// against Na activation rows: acc += (offset + dot) x row scales x activation scale.
+template <int Na>
+INFERCAST_INLINE void multiply_block(const __m512i (&q)[4], const std::uint16_t* d, const ActQ8_0* const (&x)[Na],
+                                     std::size_t b, __m512 (&acc)[Na]) {
+  __m512i dot[Na];
+  INFERCAST_UNROLL
+  for (int a = 0; a < Na; ++a) {
+    const ActQ8_0& xa = x[a][b];
+    dot[a] = once_per_row(xa.offset);
+    INFERCAST_UNROLL
+    for (int p = 0; p < 4; ++p) dot[a] = _mm512_dpbusd_epi32(dot[a], q[p], broadcast8(xa.qs + 8 * p));
+  }
+  add_scaled(dot, row_scales(d), x, b, acc);
+}
+
 // --- Q4_0 -------------------------------------------------------------------------------------
 
 struct Q4_0x8 : Q8ActivationKernel {
@@ -138,15 +154,7 @@ struct Q4_0x8 : Q8ActivationKernel {
     const __m512i q[4] = {_mm512_and_si512(v0, m4), _mm512_and_si512(v1, m4),
                           _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4),
                           _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4)};
-    __m512i dot[Na];
-    INFERCAST_UNROLL
-    for (int a = 0; a < Na; ++a) {
-      const Act& xa = x[a][b];
-      dot[a] = once_per_row(xa.offset);
-      INFERCAST_UNROLL
-      for (int p = 0; p < 4; ++p) dot[a] = _mm512_dpbusd_epi32(dot[a], q[p], broadcast8(xa.qs + 8 * p));
-    }
-    add_scaled(dot, row_scales(w.d), x, b, acc);
+    multiply_block(q, w.d, x, b, acc);
   }
 
   static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
@@ -177,15 +185,7 @@ struct Q8_0x8 : Q8ActivationKernel {
     __m512i q[4];
     INFERCAST_UNROLL
     for (int p = 0; p < 4; ++p) q[p] = _mm512_xor_si512(load_pair(w.qs[2 * p]), flip);
-    __m512i dot[Na];
-    INFERCAST_UNROLL
-    for (int a = 0; a < Na; ++a) {
-      const Act& xa = x[a][b];
-      dot[a] = once_per_row(xa.offset);
-      INFERCAST_UNROLL
-      for (int p = 0; p < 4; ++p) dot[a] = _mm512_dpbusd_epi32(dot[a], q[p], broadcast8(xa.qs + 8 * p));
-    }
-    add_scaled(dot, row_scales(w.d), x, b, acc);
+    multiply_block(q, w.d, x, b, acc);
   }
 
   static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
@@ -376,11 +376,6 @@ const std::array kKernels = {
 
 }  // namespace
 
-const GemmKernel* avx512_x8_gemm_kernel(GgmlType type) {
-  for (const auto& k : kKernels) {
-    if (k.type == type) return &k;
-  }
-  return nullptr;
-}
+const GemmKernel* avx512_x8_gemm_kernel(GgmlType type) { return find_x8_kernel(kKernels, type); }
 
 }  // namespace infercast
