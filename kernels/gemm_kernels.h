@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/blocks.h"
+#include "kernels/simd_macros.h"
 #include "probes/cpu_features.h"
 
 namespace infercast {
@@ -57,11 +58,6 @@ inline constexpr std::size_t kAmxMinBatch = 8;
 // sub-blocks make INT8 tiles rescale twice as often, gains from 32; the others tie at 64 and gain
 // from 128. F16/BF16 always use BF16 tiles.
 inline std::size_t amx_bf16_min_batch(GgmlType type) { return type == GgmlType::q6_k ? 32 : 128; }
-
-// Row kernels hold Nr x Na accumulators in registers; GCC's size limit on complete unrolling
-// would otherwise leave the loops over them rolled and the accumulators in memory.
-#define INFERCAST_UNROLL _Pragma("GCC unroll 16")
-#define INFERCAST_INLINE inline __attribute__((always_inline))
 
 inline std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m; }
 

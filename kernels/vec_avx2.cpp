@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/simd_macros.h"
 #include "kernels/vec.h"
 
 namespace infercast {
@@ -88,9 +89,11 @@ void dot_rows_heads(const T* rows, std::size_t stride, std::size_t count, const 
     for (std::size_t h = 0; h < heads; ++h) {
       const float* qh = q + h * n;
       __m256 acc[8];
+      INFERCAST_UNROLL
       for (auto& a : acc) a = _mm256_setzero_ps();
       for (std::size_t c = 0; c < chunks; ++c) {
         const __m256 qv = _mm256_loadu_ps(qh + 8 * c);
+        INFERCAST_UNROLL
         for (std::size_t r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(_mm256_load_ps(block + (r * chunks + c) * 8), qv, acc[r]);
       }
       alignas(32) float sums[8];
@@ -106,18 +109,25 @@ template <class T, int H>
 void axpy_pass(const float* w, std::size_t w_stride, const T* rows, std::size_t stride, std::size_t count,
                std::size_t n, std::size_t c0, float* y) {
   __m256 acc[H][4];
+  INFERCAST_UNROLL
   for (int h = 0; h < H; ++h) {
+    INFERCAST_UNROLL
     for (std::size_t s = 0; s < 4; ++s) acc[h][s] = _mm256_loadu_ps(y + h * n + c0 + 8 * s);
   }
   for (std::size_t j = 0; j < count; ++j) {
     __m256 v[4];
+    INFERCAST_UNROLL
     for (std::size_t s = 0; s < 4; ++s) v[s] = load8(rows + j * stride + c0 + 8 * s);
+    INFERCAST_UNROLL
     for (int h = 0; h < H; ++h) {
       const __m256 wj = _mm256_set1_ps(w[h * w_stride + j]);
+      INFERCAST_UNROLL
       for (std::size_t s = 0; s < 4; ++s) acc[h][s] = _mm256_fmadd_ps(wj, v[s], acc[h][s]);
     }
   }
+  INFERCAST_UNROLL
   for (int h = 0; h < H; ++h) {
+    INFERCAST_UNROLL
     for (std::size_t s = 0; s < 4; ++s) _mm256_storeu_ps(y + h * n + c0 + 8 * s, acc[h][s]);
   }
 }

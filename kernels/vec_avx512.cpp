@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/simd_macros.h"
 #include "kernels/vec.h"
 
 namespace infercast {
@@ -84,9 +85,11 @@ void dot_rows_heads(const T* rows, std::size_t stride, std::size_t count, const 
     for (std::size_t h = 0; h < heads; ++h) {
       const float* qh = q + h * n;
       __m512 acc[16];
+      INFERCAST_UNROLL
       for (auto& a : acc) a = _mm512_setzero_ps();
       for (std::size_t c = 0; c < chunks; ++c) {
         const __m512 qv = _mm512_maskz_loadu_ps(c + 1 == chunks ? last : 0xFFFF, qh + 16 * c);
+        INFERCAST_UNROLL
         for (std::size_t r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(_mm512_load_ps(block + (r * chunks + c) * 16), qv, acc[r]);
       }
       _mm512_mask_storeu_ps(out + h * out_stride + j0, tail_mask16(m), _mm512_mul_ps(sum16(acc), vscale));
@@ -100,23 +103,31 @@ template <class T, int H>
 void axpy_pass(const float* w, std::size_t w_stride, const T* rows, std::size_t stride, std::size_t count,
                std::size_t n, std::size_t c0, float* y) {
   __mmask16 mask[4];
+  INFERCAST_UNROLL
   for (std::size_t s = 0; s < 4; ++s) {
     const std::size_t c = c0 + 16 * s;
     mask[s] = c >= n ? 0 : tail_mask16(n - c);
   }
   __m512 acc[H][4];
+  INFERCAST_UNROLL
   for (int h = 0; h < H; ++h) {
+    INFERCAST_UNROLL
     for (std::size_t s = 0; s < 4; ++s) acc[h][s] = _mm512_maskz_loadu_ps(mask[s], y + h * n + c0 + 16 * s);
   }
   for (std::size_t j = 0; j < count; ++j) {
     __m512 v[4];
+    INFERCAST_UNROLL
     for (std::size_t s = 0; s < 4; ++s) v[s] = load16(rows + j * stride + c0 + 16 * s, mask[s]);
+    INFERCAST_UNROLL
     for (int h = 0; h < H; ++h) {
       const __m512 wj = _mm512_set1_ps(w[h * w_stride + j]);
+      INFERCAST_UNROLL
       for (std::size_t s = 0; s < 4; ++s) acc[h][s] = _mm512_fmadd_ps(wj, v[s], acc[h][s]);
     }
   }
+  INFERCAST_UNROLL
   for (int h = 0; h < H; ++h) {
+    INFERCAST_UNROLL
     for (std::size_t s = 0; s < 4; ++s) _mm512_mask_storeu_ps(y + h * n + c0 + 16 * s, mask[s], acc[h][s]);
   }
 }
