@@ -39,7 +39,7 @@ Engine::Engine(const Model& model, const EngineOptions& options)
   ctx_.set_row_schedule(row_schedule_for(numa_));
   const std::size_t blocks = (options.kv_tokens + kKvBlockTokens - 1) / kKvBlockTokens;
   kv_pool_bytes_ = static_cast<std::uint64_t>(blocks) * kv_block_bytes_;
-  kv_pool_.reserve(kv_pool_bytes_);
+  kv_pool_ = PageBuffer(kv_pool_bytes_);
   free_blocks_.resize(blocks);
   // Hand out low block numbers first, so a short run touches only the start of the pool.
   std::iota(free_blocks_.rbegin(), free_blocks_.rend(), 0);
@@ -69,10 +69,25 @@ std::string_view Engine::kernel_name(const WeightView& w, std::size_t batch) con
   return ctx_.kernel_name(w.type, batch, w.cols, w.layout);
 }
 
-std::uint8_t* Engine::kv_slot(int block, int layer, bool value, int slot) {
-  const std::size_t row = (static_cast<std::size_t>(layer) * 2 + (value ? 1 : 0)) * kKvBlockTokens + static_cast<std::size_t>(slot);
-  return kv_pool_.data() + static_cast<std::size_t>(block) * kv_block_bytes_ + row * static_cast<std::size_t>(cfg_.kv_dim()) * kv_elem_bytes_;
+std::uint8_t* Engine::kv_rows(int block, int layer, bool value, int kv_head) {
+  const std::size_t part = (static_cast<std::size_t>(layer) * 2 + (value ? 1 : 0)) * static_cast<std::size_t>(cfg_.kv_heads) +
+                           static_cast<std::size_t>(kv_head);
+  return kv_pool_.as<std::uint8_t>() + static_cast<std::size_t>(block) * kv_block_bytes_ +
+         part * kKvBlockTokens * static_cast<std::size_t>(cfg_.head_dim) * kv_elem_bytes_;
 }
+
+namespace {
+
+// Asks for every cache line of [p, p + bytes) into L2. Attention's keys and values were written
+// one step ago and the weight stream has since pushed them out of cache; loaded on demand, each
+// block's lines arrive one latency after another, which made attention a tenth of a decode step.
+constexpr std::size_t kPrefetchBytes = 256 * 1024;
+
+void prefetch_to_l2(const std::uint8_t* p, std::size_t bytes) {
+  for (std::size_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i, 0, 2);
+}
+
+}  // namespace
 
 void Engine::gemm(const WeightView& w, const float* x, std::size_t batch, float* y) { gemm_shared({w}, x, batch, {y}); }
 
@@ -101,6 +116,7 @@ void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits)
   logits.clear();
   step_weight_bytes_ = 0;
   step_gemm_seconds_ = 0;
+  step_attention_seconds_ = 0;
   if (n == 0) return;
   const auto dim = static_cast<std::size_t>(cfg_.dim);
   const auto qd = static_cast<std::size_t>(cfg_.q_dim());
@@ -146,45 +162,25 @@ void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits)
 
   for (int l = 0; l < cfg_.layers; ++l) {
     const LayerWeights& w = model_.layers()[static_cast<std::size_t>(l)];
-    for (std::size_t t = 0; t < n; ++t) rms_norm(&x_[t * dim], w.attn_norm, &xn_[t * dim], dim, cfg_.norm_eps);
+    // Per-token work between the products runs on the team too: at a batch of eight it was a
+    // tenth of a decode step on one thread while the others waited.
+    parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) {
+      for (std::size_t t = begin; t < end; ++t) rms_norm(&x_[t * dim], w.attn_norm, &xn_[t * dim], dim, cfg_.norm_eps);
+    });
     gemm_shared({w.wq, w.wk, w.wv}, xn_.data(), n, {q_.data(), k_.data(), v_.data()});
-    for (std::size_t t = 0; t < n; ++t) {
-      float* q = &q_[t * qd];
-      float* k = &k_[t * kvd];
-      float* v = &v_[t * kvd];
-      if (w.bq != nullptr) {
-        for (std::size_t i = 0; i < qd; ++i) q[i] += w.bq[i];
-      }
-      if (w.bk != nullptr) {
-        for (std::size_t i = 0; i < kvd; ++i) k[i] += w.bk[i];
-      }
-      if (w.bv != nullptr) {
-        for (std::size_t i = 0; i < kvd; ++i) v[i] += w.bv[i];
-      }
-      rope_rotate(q, cfg_.heads, cfg_.head_dim, &rope_cos_[t * half], &rope_sin_[t * half], cfg_.rope);
-      rope_rotate(k, cfg_.kv_heads, cfg_.head_dim, &rope_cos_[t * half], &rope_sin_[t * half], cfg_.rope);
-      // Into the cache, before attention runs: a prompt's tokens attend to each other.
-      const Sequence& s = sequences_[static_cast<std::size_t>(tokens[t].sequence)];
-      const int block = s.blocks[static_cast<std::size_t>(positions[t] / kKvBlockTokens)];
-      const int slot = positions[t] % kKvBlockTokens;
-      std::uint8_t* kc = kv_slot(block, l, false, slot);
-      std::uint8_t* vc = kv_slot(block, l, true, slot);
-      if (kv_type_ == GgmlType::f32) {
-        std::memcpy(kc, k, kvd * sizeof(float));
-        std::memcpy(vc, v, kvd * sizeof(float));
-      } else {
-        auto* kh = reinterpret_cast<std::uint16_t*>(kc);
-        auto* vh = reinterpret_cast<std::uint16_t*>(vc);
-        for (std::size_t i = 0; i < kvd; ++i) {
-          kh[i] = fp32_to_fp16(k[i]);
-          vh[i] = fp32_to_fp16(v[i]);
-        }
-      }
-    }
+    parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) {
+      for (std::size_t t = begin; t < end; ++t) store_token(l, tokens[t], positions[t], t);
+    });
+    const auto attention_start = std::chrono::steady_clock::now();
     attention(l, tokens, positions);
+    step_attention_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - attention_start).count();
     gemm(w.wo, att_.data(), n, xn_.data());
-    for (std::size_t i = 0; i < n * dim; ++i) x_[i] += xn_[i];
-    for (std::size_t t = 0; t < n; ++t) rms_norm(&x_[t * dim], w.ffn_norm, &xn_[t * dim], dim, cfg_.norm_eps);
+    parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) {
+      for (std::size_t t = begin; t < end; ++t) {
+        for (std::size_t i = t * dim; i < (t + 1) * dim; ++i) x_[i] += xn_[i];
+        rms_norm(&x_[t * dim], w.ffn_norm, &xn_[t * dim], dim, cfg_.norm_eps);
+      }
+    });
     if (cfg_.is_moe()) {
       mixture(w, n);
     } else {
@@ -206,9 +202,53 @@ void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits)
   for (std::size_t t = 0; t < n; ++t) sequences_[static_cast<std::size_t>(tokens[t].sequence)].length = positions[t] + 1;
 }
 
-void Engine::attention(int layer, std::span<const StepToken> tokens, const std::vector<int>& positions) {
+// Biases and RoPE on token t's query and key, then its key and value into the cache, before
+// attention runs: a prompt's tokens attend to each other.
+void Engine::store_token(int l, const StepToken& token, int position, std::size_t t) {
+  const LayerWeights& w = model_.layers()[static_cast<std::size_t>(l)];
   const auto qd = static_cast<std::size_t>(cfg_.q_dim());
   const auto kvd = static_cast<std::size_t>(cfg_.kv_dim());
+  const auto half = static_cast<std::size_t>(cfg_.head_dim / 2);
+  float* q = &q_[t * qd];
+  float* k = &k_[t * kvd];
+  float* v = &v_[t * kvd];
+  if (w.bq != nullptr) {
+    for (std::size_t i = 0; i < qd; ++i) q[i] += w.bq[i];
+  }
+  if (w.bk != nullptr) {
+    for (std::size_t i = 0; i < kvd; ++i) k[i] += w.bk[i];
+  }
+  if (w.bv != nullptr) {
+    for (std::size_t i = 0; i < kvd; ++i) v[i] += w.bv[i];
+  }
+  rope_rotate(q, cfg_.heads, cfg_.head_dim, &rope_cos_[t * half], &rope_sin_[t * half], cfg_.rope);
+  rope_rotate(k, cfg_.kv_heads, cfg_.head_dim, &rope_cos_[t * half], &rope_sin_[t * half], cfg_.rope);
+  const Sequence& s = sequences_[static_cast<std::size_t>(token.sequence)];
+  const int block = s.blocks[static_cast<std::size_t>(position / kKvBlockTokens)];
+  const int slot = position % kKvBlockTokens;
+  const auto hd = static_cast<std::size_t>(cfg_.head_dim);
+  for (int g = 0; g < cfg_.kv_heads; ++g) {
+    const std::size_t at = static_cast<std::size_t>(slot) * hd * kv_elem_bytes_;
+    std::uint8_t* kc = kv_rows(block, l, false, g) + at;
+    std::uint8_t* vc = kv_rows(block, l, true, g) + at;
+    const float* kg = k + static_cast<std::size_t>(g) * hd;
+    const float* vg = v + static_cast<std::size_t>(g) * hd;
+    if (kv_type_ == GgmlType::f32) {
+      std::memcpy(kc, kg, hd * sizeof(float));
+      std::memcpy(vc, vg, hd * sizeof(float));
+    } else {
+      auto* kh = reinterpret_cast<std::uint16_t*>(kc);
+      auto* vh = reinterpret_cast<std::uint16_t*>(vc);
+      for (std::size_t i = 0; i < hd; ++i) {
+        kh[i] = fp32_to_fp16(kg[i]);
+        vh[i] = fp32_to_fp16(vg[i]);
+      }
+    }
+  }
+}
+
+void Engine::attention(int layer, std::span<const StepToken> tokens, const std::vector<int>& positions) {
+  const auto qd = static_cast<std::size_t>(cfg_.q_dim());
   const auto hd = static_cast<std::size_t>(cfg_.head_dim);
   const auto group = static_cast<std::size_t>(cfg_.heads / cfg_.kv_heads);
   const float scale = 1.0F / std::sqrt(static_cast<float>(cfg_.head_dim));
@@ -219,35 +259,51 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
   const std::size_t tasks = tokens.size() * static_cast<std::size_t>(cfg_.kv_heads);
   const unsigned members = ctx_.threads();
   const bool f32 = kv_type_ == GgmlType::f32;
+  const std::size_t block_bytes = kKvBlockTokens * hd * kv_elem_bytes_;
+  const auto kv_heads = static_cast<std::size_t>(cfg_.kv_heads);
+  // Keys and values of a task's blocks, asked for at once, capped where they would no longer fit
+  // in L2 beside each other (longer contexts stream behind the hardware prefetcher).
+  const auto prefetch_task = [&](std::size_t task) {
+    const Sequence& s = sequences_[static_cast<std::size_t>(tokens[task / kv_heads].sequence)];
+    const int g = static_cast<int>(task % kv_heads);
+    const auto len = static_cast<std::size_t>(positions[task / kv_heads] + 1);
+    const std::size_t blocks = std::min((len + kKvBlockTokens - 1) / kKvBlockTokens, kPrefetchBytes / (2 * block_bytes));
+    for (std::size_t b = 0; b < blocks; ++b) {
+      prefetch_to_l2(kv_rows(s.blocks[b], layer, false, g), block_bytes);
+      prefetch_to_l2(kv_rows(s.blocks[b], layer, true, g), block_bytes);
+    }
+  };
   ctx_.pool().run([&](unsigned member) {
     float* scores = scores_[member].data();
+    if (member < tasks) prefetch_task(member);
     for (std::size_t task = member; task < tasks; task += members) {
-      const std::size_t t = task / static_cast<std::size_t>(cfg_.kv_heads);
-      const std::size_t g = task % static_cast<std::size_t>(cfg_.kv_heads);
+      // The next task's cache lines arrive while this one computes.
+      if (task + members < tasks) prefetch_task(task + members);
+      const std::size_t t = task / kv_heads;
+      const int g = static_cast<int>(task % kv_heads);
       const Sequence& s = sequences_[static_cast<std::size_t>(tokens[t].sequence)];
       const auto len = static_cast<std::size_t>(positions[t] + 1);
-      const std::size_t kv_offset = g * hd * kv_elem_bytes_;
-      const float* q = &q_[t * qd + g * group * hd];
+      const float* q = &q_[t * qd + static_cast<std::size_t>(g) * group * hd];
       for (std::size_t j0 = 0; j0 < len; j0 += kKvBlockTokens) {
         const std::size_t count = std::min<std::size_t>(kKvBlockTokens, len - j0);
-        const std::uint8_t* k = kv_slot(s.blocks[j0 / kKvBlockTokens], layer, false, 0) + kv_offset;
+        const std::uint8_t* k = kv_rows(s.blocks[j0 / kKvBlockTokens], layer, false, g);
         // All query heads of the group in one call: each key is loaded once for all of them.
         if (f32) {
-          vec_.dot_rows_f32(reinterpret_cast<const float*>(k), kvd, count, q, group, hd, scale, scores + j0, len);
+          vec_.dot_rows_f32(reinterpret_cast<const float*>(k), hd, count, q, group, hd, scale, scores + j0, len);
         } else {
-          vec_.dot_rows_f16(reinterpret_cast<const std::uint16_t*>(k), kvd, count, q, group, hd, scale, scores + j0, len);
+          vec_.dot_rows_f16(reinterpret_cast<const std::uint16_t*>(k), hd, count, q, group, hd, scale, scores + j0, len);
         }
       }
       for (std::size_t h = 0; h < group; ++h) vec_.softmax(scores + h * len, len);
-      float* out = &att_[t * qd + g * group * hd];
+      float* out = &att_[t * qd + static_cast<std::size_t>(g) * group * hd];
       std::fill(out, out + group * hd, 0.0F);
       for (std::size_t j0 = 0; j0 < len; j0 += kKvBlockTokens) {
         const std::size_t count = std::min<std::size_t>(kKvBlockTokens, len - j0);
-        const std::uint8_t* v = kv_slot(s.blocks[j0 / kKvBlockTokens], layer, true, 0) + kv_offset;
+        const std::uint8_t* v = kv_rows(s.blocks[j0 / kKvBlockTokens], layer, true, g);
         if (f32) {
-          vec_.axpy_rows_f32(scores + j0, len, reinterpret_cast<const float*>(v), kvd, count, group, hd, out);
+          vec_.axpy_rows_f32(scores + j0, len, reinterpret_cast<const float*>(v), hd, count, group, hd, out);
         } else {
-          vec_.axpy_rows_f16(scores + j0, len, reinterpret_cast<const std::uint16_t*>(v), kvd, count, group, hd, out);
+          vec_.axpy_rows_f16(scores + j0, len, reinterpret_cast<const std::uint16_t*>(v), hd, count, group, hd, out);
         }
       }
     }
@@ -262,7 +318,9 @@ void Engine::feed_forward(const LayerWeights& w, std::size_t n) {
   gemm_shared({w.gate, w.up}, xn_.data(), n, {gate_.data(), up_.data()});
   parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) { vec_.swiglu(&gate_[begin * ffn], &up_[begin * ffn], (end - begin) * ffn); });
   gemm(w.down, gate_.data(), n, xn_.data());
-  for (std::size_t i = 0; i < n * dim; ++i) x_[i] += xn_[i];
+  parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) {
+    for (std::size_t i = begin * dim; i < end * dim; ++i) x_[i] += xn_[i];
+  });
 }
 
 void Engine::mixture(const LayerWeights& w, std::size_t n) {

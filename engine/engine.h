@@ -21,6 +21,7 @@
 #include "engine/placement.h"
 #include "kernels/aligned_buffer.h"
 #include "kernels/gemm.h"
+#include "probes/memory.h"
 #include "kernels/vec.h"
 
 namespace infercast {
@@ -58,6 +59,8 @@ class Engine {
   // Seconds the last step spent in weight-matrix products; the rest of a step is attention,
   // norms, RoPE and the cache (what the forecast calls the engine's overheads).
   [[nodiscard]] double last_step_gemm_seconds() const { return step_gemm_seconds_; }
+  // Seconds the last step spent in attention over the KV cache (scores, softmax, weighted sum).
+  [[nodiscard]] double last_step_attention_seconds() const { return step_attention_seconds_; }
   [[nodiscard]] GemmContext& context() { return ctx_; }
   // Where the weights' pages were placed for this engine's threads (NUMA machines).
   [[nodiscard]] const NumaPlacement& numa() const { return numa_; }
@@ -74,7 +77,10 @@ class Engine {
   void gemm(const WeightView& w, const float* x, std::size_t batch, float* y);
   // Matrices sharing one input: one activation packing and one start of the threads.
   void gemm_shared(std::initializer_list<WeightView> ws, const float* x, std::size_t batch, std::initializer_list<float*> ys);
-  std::uint8_t* kv_slot(int block, int layer, bool value, int slot);
+  // One KV head's keys (or values) for the kKvBlockTokens tokens of a block: head_dim elements per
+  // token, contiguous, so attention over one head streams whole cache lines.
+  std::uint8_t* kv_rows(int block, int layer, bool value, int kv_head);
+  void store_token(int layer, const StepToken& token, int position, std::size_t t);
   void attention(int layer, std::span<const StepToken> tokens, const std::vector<int>& positions);
   void feed_forward(const LayerWeights& w, std::size_t n);
   void mixture(const LayerWeights& w, std::size_t n);
@@ -87,13 +93,17 @@ class Engine {
   const VecOps& vec_;
   GgmlType kv_type_;
   std::size_t kv_elem_bytes_;
-  std::size_t kv_block_bytes_;  // one block: every layer's K and V for kKvBlockTokens tokens
+  std::size_t kv_block_bytes_;  // one block: every layer's K and V for kKvBlockTokens tokens,
+                                // laid out [layer][K, V][KV head][token][head_dim]
   std::uint64_t kv_pool_bytes_ = 0;
-  AlignedBuffer kv_pool_;
+  // Huge pages: attention visits every block of every sequence each step, and on 4 KiB pages
+  // each block would be a TLB miss of its own.
+  PageBuffer kv_pool_;
   std::vector<int> free_blocks_;
   std::vector<Sequence> sequences_;
   std::uint64_t step_weight_bytes_ = 0;
   double step_gemm_seconds_ = 0;
+  double step_attention_seconds_ = 0;
 
   // Activations of the current step, T rows each.
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, router_;
