@@ -27,16 +27,7 @@ namespace {
 
 using namespace infercast;
 
-double dram_read_gbs(unsigned threads) {
-  BandwidthOptions o;
-  o.thread_counts = {threads};
-  o.kernels = {StreamKernel::read};
-  o.min_bytes = o.max_bytes = std::uint64_t{256} << 20;
-  o.min_time = 0.05;
-  o.samples = 5;
-  o.level = active_level();
-  return run_bandwidth_sweep(o, host_topology()).front().gbs.median;
-}
+double dram_read_gbs(unsigned threads) { return measure_dram_read_gbs(threads, active_level()); }
 
 }  // namespace
 

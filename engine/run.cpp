@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "probes/bandwidth.h"
 #include "probes/error.h"
 #include "probes/random.h"
 #include "probes/topology.h"
@@ -29,6 +30,80 @@ std::uint64_t peak_rss_bytes() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return static_cast<std::uint64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// Prefill and decode on an engine that lives only inside this call, so that the DRAM reads
+// measured around it share the cores with no spinning team.
+void run_engine(const Model& model, const RunOptions& o, const std::vector<int>& prompt, std::size_t length, RunReport& r) {
+  const ModelConfig& cfg = model.config();
+  EngineOptions eo;
+  eo.threads = o.threads;
+  eo.kv_type = o.kv_type;
+  eo.isa = o.isa;
+  eo.kv_tokens = static_cast<std::size_t>(o.concurrency) * (length + kKvBlockTokens);
+  Engine engine(model, eo);
+
+  r.numa = engine.numa();
+  r.prompt_tokens = static_cast<int>(prompt.size());
+  r.gen_tokens = o.gen_tokens;
+  r.concurrency = o.concurrency;
+  r.threads = engine.context().threads();
+  r.isa = std::string(to_string(engine.context().level()));
+  r.decode_kernel = std::string(engine.kernel_name(model.layers().front().wq, static_cast<std::size_t>(o.concurrency)));
+  r.prefill_kernel = std::string(engine.kernel_name(model.layers().front().wq, std::min(prompt.size(), static_cast<std::size_t>(o.max_batch))));
+  r.weight_bytes = model.weight_bytes();
+  r.kv_cache_bytes = engine.kv_cache_bytes();
+
+  // Prefill each sequence in steps of at most max_batch tokens; only the last token's logits.
+  std::vector<int> seqs;
+  std::vector<int> next(static_cast<std::size_t>(o.concurrency));
+  std::vector<float> logits;
+  const auto prefill_start = std::chrono::steady_clock::now();
+  for (int c = 0; c < o.concurrency; ++c) {
+    const auto seq_start = std::chrono::steady_clock::now();
+    const int s = engine.add_sequence();
+    seqs.push_back(s);
+    for (std::size_t begin = 0; begin < prompt.size(); begin += static_cast<std::size_t>(o.max_batch)) {
+      const std::size_t end = std::min(prompt.size(), begin + static_cast<std::size_t>(o.max_batch));
+      std::vector<StepToken> batch;
+      for (std::size_t i = begin; i < end; ++i) batch.push_back({s, prompt[i], i + 1 == prompt.size()});
+      engine.step(batch, logits);
+      r.prefill_gemm_seconds += engine.last_step_gemm_seconds();
+      r.prefill_attention_seconds += engine.last_step_attention_seconds();
+    }
+    next[static_cast<std::size_t>(c)] = argmax(logits.data(), cfg.vocab);
+    if (c == 0) r.ttft_ms = 1e3 * seconds_since(seq_start);
+  }
+  r.prefill_seconds = seconds_since(prefill_start);
+  const double prompt_total = static_cast<double>(prompt.size()) * o.concurrency;
+  r.prefill_tps = prompt_total / r.prefill_seconds;
+  r.prefill_gops = 2.0 * static_cast<double>(model.parameters()) * prompt_total / r.prefill_seconds / 1e9;
+
+  // Decode: every sequence advances one token per step; the first token came from prefill.
+  r.tokens.assign(static_cast<std::size_t>(o.concurrency), {});
+  for (int c = 0; c < o.concurrency; ++c) r.tokens[static_cast<std::size_t>(c)].push_back(next[static_cast<std::size_t>(c)]);
+  std::uint64_t decode_bytes = 0;
+  const auto decode_start = std::chrono::steady_clock::now();
+  for (int g = 1; g < o.gen_tokens; ++g) {
+    std::vector<StepToken> batch;
+    for (int c = 0; c < o.concurrency; ++c) batch.push_back({seqs[static_cast<std::size_t>(c)], next[static_cast<std::size_t>(c)], true});
+    engine.step(batch, logits);
+    decode_bytes += engine.last_step_weight_bytes();
+    r.decode_gemm_seconds += engine.last_step_gemm_seconds();
+    r.decode_attention_seconds += engine.last_step_attention_seconds();
+    for (int c = 0; c < o.concurrency; ++c) {
+      next[static_cast<std::size_t>(c)] = argmax(&logits[static_cast<std::size_t>(c) * static_cast<std::size_t>(cfg.vocab)], cfg.vocab);
+      r.tokens[static_cast<std::size_t>(c)].push_back(next[static_cast<std::size_t>(c)]);
+    }
+  }
+  r.decode_seconds = seconds_since(decode_start);
+  const int steps = o.gen_tokens - 1;
+  if (steps > 0 && r.decode_seconds > 0) {
+    r.decode_tps = static_cast<double>(steps) * o.concurrency / r.decode_seconds;
+    r.decode_tps_per_seq = static_cast<double>(steps) / r.decode_seconds;
+    r.decode_bytes_per_step = decode_bytes / static_cast<std::uint64_t>(steps);
+    r.decode_weight_gbs = static_cast<double>(decode_bytes) / r.decode_seconds / 1e9;
+  }
 }
 
 RunReport run_model(const Model& model, const RunOptions& o, const Tokenizer* tokenizer) {
@@ -63,72 +138,13 @@ RunReport run_model(const Model& model, const RunOptions& o, const Tokenizer* to
     throw UsageError(fmt::format("the KV cache for {} sequences of {} tokens needs {}, more than the {} available",
                                  o.concurrency, length, format_size(kv_bytes), format_size(available_memory_bytes())));
   }
-  EngineOptions eo;
-  eo.threads = o.threads;
-  eo.kv_type = o.kv_type;
-  eo.isa = o.isa;
-  eo.kv_tokens = static_cast<std::size_t>(o.concurrency) * (length + kKvBlockTokens);
-  Engine engine(model, eo);
-
   RunReport r;
-  r.numa = engine.numa();
-  r.prompt_tokens = static_cast<int>(prompt.size());
-  r.gen_tokens = o.gen_tokens;
-  r.concurrency = o.concurrency;
-  r.threads = engine.context().threads();
-  r.isa = std::string(to_string(engine.context().level()));
-  r.decode_kernel = std::string(engine.kernel_name(model.layers().front().wq, static_cast<std::size_t>(o.concurrency)));
-  r.prefill_kernel = std::string(engine.kernel_name(model.layers().front().wq, std::min(prompt.size(), static_cast<std::size_t>(o.max_batch))));
-  r.weight_bytes = model.weight_bytes();
-  r.kv_cache_bytes = engine.kv_cache_bytes();
-
-  // Prefill each sequence in steps of at most max_batch tokens; only the last token's logits.
-  std::vector<int> seqs;
-  std::vector<int> next(static_cast<std::size_t>(o.concurrency));
-  std::vector<float> logits;
-  const auto prefill_start = std::chrono::steady_clock::now();
-  for (int c = 0; c < o.concurrency; ++c) {
-    const auto seq_start = std::chrono::steady_clock::now();
-    const int s = engine.add_sequence();
-    seqs.push_back(s);
-    for (std::size_t begin = 0; begin < prompt.size(); begin += static_cast<std::size_t>(o.max_batch)) {
-      const std::size_t end = std::min(prompt.size(), begin + static_cast<std::size_t>(o.max_batch));
-      std::vector<StepToken> batch;
-      for (std::size_t i = begin; i < end; ++i) batch.push_back({s, prompt[i], i + 1 == prompt.size()});
-      engine.step(batch, logits);
-      r.prefill_gemm_seconds += engine.last_step_gemm_seconds();
-    }
-    next[static_cast<std::size_t>(c)] = argmax(logits.data(), cfg.vocab);
-    if (c == 0) r.ttft_ms = 1e3 * seconds_since(seq_start);
-  }
-  r.prefill_seconds = seconds_since(prefill_start);
-  const double prompt_total = static_cast<double>(prompt.size()) * o.concurrency;
-  r.prefill_tps = prompt_total / r.prefill_seconds;
-  r.prefill_gops = 2.0 * static_cast<double>(model.parameters()) * prompt_total / r.prefill_seconds / 1e9;
-
-  // Decode: every sequence advances one token per step; the first token came from prefill.
-  r.tokens.assign(static_cast<std::size_t>(o.concurrency), {});
-  for (int c = 0; c < o.concurrency; ++c) r.tokens[static_cast<std::size_t>(c)].push_back(next[static_cast<std::size_t>(c)]);
-  std::uint64_t decode_bytes = 0;
-  const auto decode_start = std::chrono::steady_clock::now();
-  for (int g = 1; g < o.gen_tokens; ++g) {
-    std::vector<StepToken> batch;
-    for (int c = 0; c < o.concurrency; ++c) batch.push_back({seqs[static_cast<std::size_t>(c)], next[static_cast<std::size_t>(c)], true});
-    engine.step(batch, logits);
-    decode_bytes += engine.last_step_weight_bytes();
-    r.decode_gemm_seconds += engine.last_step_gemm_seconds();
-    for (int c = 0; c < o.concurrency; ++c) {
-      next[static_cast<std::size_t>(c)] = argmax(&logits[static_cast<std::size_t>(c) * static_cast<std::size_t>(cfg.vocab)], cfg.vocab);
-      r.tokens[static_cast<std::size_t>(c)].push_back(next[static_cast<std::size_t>(c)]);
-    }
-  }
-  r.decode_seconds = seconds_since(decode_start);
-  const int steps = o.gen_tokens - 1;
-  if (steps > 0 && r.decode_seconds > 0) {
-    r.decode_tps = static_cast<double>(steps) * o.concurrency / r.decode_seconds;
-    r.decode_tps_per_seq = static_cast<double>(steps) / r.decode_seconds;
-    r.decode_bytes_per_step = decode_bytes / static_cast<std::uint64_t>(steps);
-    r.decode_weight_gbs = static_cast<double>(decode_bytes) / r.decode_seconds / 1e9;
+  const IsaLevel level = o.isa ? std::min(*o.isa, active_level()) : active_level();
+  if (o.check_read) r.dram_read_before_gbs = measure_dram_read_gbs(o.threads, level);
+  run_engine(model, o, prompt, length, r);
+  if (o.check_read) {
+    r.dram_read_after_gbs = measure_dram_read_gbs(o.threads, level);
+    r.decode_read_fraction = r.decode_weight_gbs / (0.5 * (r.dram_read_before_gbs + r.dram_read_after_gbs));
   }
   if (tokenizer != nullptr) {
     for (const auto& seq : r.tokens) {

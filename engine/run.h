@@ -23,6 +23,9 @@ struct RunOptions {
   GgmlType kv_type = GgmlType::f16;
   std::optional<IsaLevel> isa;
   int max_batch = 512;                // prompt tokens per prefill step
+  // Measure the DRAM read (the probe's kernel) just before and after the run: on a shared host
+  // the read moves by tens of percent between minutes, and decode is judged against it.
+  bool check_read = false;
 };
 
 struct RunReport {
@@ -45,8 +48,13 @@ struct RunReport {
   double decode_weight_gbs = 0;
   double prefill_gemm_seconds = 0;  // of prefill_seconds, in weight-matrix products
   double decode_gemm_seconds = 0;   // of decode_seconds, likewise
+  double prefill_attention_seconds = 0;  // of prefill_seconds, in attention over the KV cache
+  double decode_attention_seconds = 0;   // of decode_seconds, likewise
   std::uint64_t kv_cache_bytes = 0;
   std::uint64_t peak_rss_bytes = 0;
+  double dram_read_before_gbs = 0;  // with check_read; 0 otherwise
+  double dram_read_after_gbs = 0;
+  double decode_read_fraction = 0;  // decode_weight_gbs / the mean of the two reads
   NumaPlacement numa;                        // where the weights' pages were placed
   std::vector<std::vector<int>> tokens;      // generated, per sequence
   std::vector<std::string> text;             // the same decoded, when there is a tokenizer

@@ -270,4 +270,15 @@ std::vector<BandwidthPoint> run_bandwidth_sweep(const BandwidthOptions& options,
   return SweepRunner(options, topo).run();
 }
 
+double measure_dram_read_gbs(unsigned threads, IsaLevel level, std::uint64_t bytes) {
+  BandwidthOptions o;
+  o.thread_counts = {threads};
+  o.kernels = {StreamKernel::read};
+  o.min_bytes = o.max_bytes = bytes;
+  o.min_time = 0.05;
+  o.samples = 5;
+  o.level = level;
+  return run_bandwidth_sweep(o, host_topology()).front().gbs.median;
+}
+
 }  // namespace infercast

@@ -55,6 +55,10 @@ unsigned read_streams_for(std::uint64_t bytes_per_thread, const Topology& topo);
 std::vector<BandwidthPoint> run_bandwidth_sweep(const BandwidthOptions& options,
                                                 const Topology& topo);
 
+// The probe's read kernel on `bytes` (far beyond the caches) at `threads` threads: the median
+// GB/s of five samples. A quick same-minute ceiling for a measurement judged against DRAM.
+double measure_dram_read_gbs(unsigned threads, IsaLevel level, std::uint64_t bytes = std::uint64_t{256} << 20);
+
 // Bytes one pass moves for a kernel over n elements per thread, by the kernel's contract.
 std::uint64_t bytes_per_pass(StreamKernel kernel, std::uint64_t elements);
 

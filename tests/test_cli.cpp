@@ -175,8 +175,20 @@ TEST(CliModel, GenModelAndRunReportTheFigures) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_GT(j["decode_tps"].get<double>(), j["decode_tps_per_seq"].get<double>());
+  // Where decode's time went: the parts are inside the whole, and attention is never free.
+  const double decode_seconds = j["decode_seconds"].get<double>();
+  EXPECT_GT(j["decode_attention_seconds"].get<double>(), 0.0);
+  EXPECT_LT(j["decode_gemm_seconds"].get<double>() + j["decode_attention_seconds"].get<double>(), decode_seconds);
+  EXPECT_FALSE(j.contains("decode_read_fraction"));  // only measured on request
   EXPECT_EQ(j["tokens"].size(), 3U);
   EXPECT_EQ(j["tokens"][0].size(), 6U);
+  const Result checked = run("run --model " + model.string() + " --threads 1 --prompt-tokens 4 --gen-tokens 3 --check-read --json");
+  ASSERT_EQ(checked.status, 0) << checked.err;
+  const auto c = nlohmann::json::parse(checked.out);
+  EXPECT_GT(c["dram_read_before_gbs"].get<double>(), 0.0);
+  EXPECT_GT(c["dram_read_after_gbs"].get<double>(), 0.0);
+  const double mean_read = 0.5 * (c["dram_read_before_gbs"].get<double>() + c["dram_read_after_gbs"].get<double>());
+  EXPECT_NEAR(c["decode_read_fraction"].get<double>(), c["decode_weight_gbs"].get<double>() / mean_read, 1e-9);
   const Result text = run("run --model " + model.string() + " --prompt \"hello world\" --gen-tokens 3");
   EXPECT_EQ(text.status, 0) << text.err;
   EXPECT_NE(text.out.find("continues:"), std::string::npos) << text.out;
