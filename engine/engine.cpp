@@ -229,18 +229,21 @@ void Engine::store_token(int l, const StepToken& token, int position, std::size_
   const auto hd = static_cast<std::size_t>(cfg_.head_dim);
   for (int g = 0; g < cfg_.kv_heads; ++g) {
     const std::size_t at = static_cast<std::size_t>(slot) * hd * kv_elem_bytes_;
-    std::uint8_t* kc = kv_rows(block, l, false, g) + at;
+    std::uint8_t* kb = kv_rows(block, l, false, g);
     std::uint8_t* vc = kv_rows(block, l, true, g) + at;
     const float* kg = k + static_cast<std::size_t>(g) * hd;
     const float* vg = v + static_cast<std::size_t>(g) * hd;
+    // Keys go in column by column (element i of every key of the block side by side, as
+    // dot_keys reads them), values row by row.
     if (kv_type_ == GgmlType::f32) {
-      std::memcpy(kc, kg, hd * sizeof(float));
+      auto* kf = reinterpret_cast<float*>(kb) + slot;
+      for (std::size_t i = 0; i < hd; ++i) kf[i * kKvBlockTokens] = kg[i];
       std::memcpy(vc, vg, hd * sizeof(float));
     } else {
-      auto* kh = reinterpret_cast<std::uint16_t*>(kc);
+      auto* kh = reinterpret_cast<std::uint16_t*>(kb) + slot;
       auto* vh = reinterpret_cast<std::uint16_t*>(vc);
       for (std::size_t i = 0; i < hd; ++i) {
-        kh[i] = fp32_to_fp16(kg[i]);
+        kh[i * kKvBlockTokens] = fp32_to_fp16(kg[i]);
         vh[i] = fp32_to_fp16(vg[i]);
       }
     }
@@ -289,9 +292,9 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
         const std::uint8_t* k = kv_rows(s.blocks[j0 / kKvBlockTokens], layer, false, g);
         // All query heads of the group in one call: each key is loaded once for all of them.
         if (f32) {
-          vec_.dot_rows_f32(reinterpret_cast<const float*>(k), hd, count, q, group, hd, scale, scores + j0, len);
+          vec_.dot_keys_f32(reinterpret_cast<const float*>(k), count, q, group, hd, scale, scores + j0, len);
         } else {
-          vec_.dot_rows_f16(reinterpret_cast<const std::uint16_t*>(k), hd, count, q, group, hd, scale, scores + j0, len);
+          vec_.dot_keys_f16(reinterpret_cast<const std::uint16_t*>(k), count, q, group, hd, scale, scores + j0, len);
         }
       }
       for (std::size_t h = 0; h < group; ++h) vec_.softmax(scores + h * len, len);

@@ -40,6 +40,7 @@ struct StepToken {
 };
 
 inline constexpr int kKvBlockTokens = 16;
+static_assert(kKvBlockTokens == kKeyBlock, "a KV block is one block of keys for dot_keys");
 
 class Engine {
  public:
@@ -77,8 +78,9 @@ class Engine {
   void gemm(const WeightView& w, const float* x, std::size_t batch, float* y);
   // Matrices sharing one input: one activation packing and one start of the threads.
   void gemm_shared(std::initializer_list<WeightView> ws, const float* x, std::size_t batch, std::initializer_list<float*> ys);
-  // One KV head's keys (or values) for the kKvBlockTokens tokens of a block: head_dim elements per
-  // token, contiguous, so attention over one head streams whole cache lines.
+  // One KV head's keys (or values) for the kKvBlockTokens tokens of a block, contiguous, so
+  // attention over one head streams whole cache lines: values token by token, keys element by
+  // element (the column layout of VecOps::dot_keys).
   std::uint8_t* kv_rows(int block, int layer, bool value, int kv_head);
   void store_token(int layer, const StepToken& token, int position, std::size_t t);
   void attention(int layer, std::span<const StepToken> tokens, const std::vector<int>& positions);

@@ -19,6 +19,9 @@ float dot_f16(const std::uint16_t* a, const float* b, std::size_t n) {
   return s;
 }
 
+float f32_value(float v) { return v; }
+float f16_value(std::uint16_t v) { return fp16_to_fp32(v); }
+
 void axpy_f32(float a, const float* x, float* y, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
@@ -28,7 +31,7 @@ void axpy_f16(float a, const std::uint16_t* x, float* y, std::size_t n) {
 }
 
 const VecOps kScalar{"scalar", dot_f32, dot_f16, axpy_f32, axpy_f16,
-                     dot_rows<float, dot_f32>, dot_rows<std::uint16_t, dot_f16>,
+                     dot_keys<float, f32_value>, dot_keys<std::uint16_t, f16_value>,
                      axpy_rows<float, axpy_f32>, axpy_rows<std::uint16_t, axpy_f16>, softmax_reference,
                      swiglu_reference};
 

@@ -16,14 +16,18 @@ struct VecOps {
   float (*dot_f16)(const std::uint16_t* a, const float* b, std::size_t n);
   void (*axpy_f32)(float a, const float* x, float* y, std::size_t n);           // y += a * x
   void (*axpy_f16)(float a, const std::uint16_t* x, float* y, std::size_t n);   // y += a * x
-  // Over `count` rows `stride` elements apart (keys or values of consecutive positions) and the
-  // `heads` query heads that share them (grouped-query attention), one call per cache block:
-  //   out[h * out_stride + j] = scale * dot(row j, q + h * n)
-  //   y[h * n + i] += sum_j w[h * w_stride + j] * row j [i]
-  void (*dot_rows_f32)(const float* rows, std::size_t stride, std::size_t count, const float* q, std::size_t heads,
+  // Scores of the `heads` query heads that share one block of cached keys (grouped-query
+  // attention). The block holds kKeyBlock keys column by column: element i of key j is
+  // keys[i * kKeyBlock + j], so one vector load takes element i of every key and no horizontal
+  // sum is needed. All kKeyBlock columns are read; only the first `count` are stored:
+  //   out[h * out_stride + j] = scale * sum_i q[h * n + i] * keys[i * kKeyBlock + j],  j < count
+  void (*dot_keys_f32)(const float* keys, std::size_t count, const float* q, std::size_t heads, std::size_t n,
+                       float scale, float* out, std::size_t out_stride);
+  void (*dot_keys_f16)(const std::uint16_t* keys, std::size_t count, const float* q, std::size_t heads,
                        std::size_t n, float scale, float* out, std::size_t out_stride);
-  void (*dot_rows_f16)(const std::uint16_t* rows, std::size_t stride, std::size_t count, const float* q,
-                       std::size_t heads, std::size_t n, float scale, float* out, std::size_t out_stride);
+  // Over `count` rows `stride` elements apart (values of consecutive positions) and the heads
+  // that share them, one call per cache block:
+  //   y[h * n + i] += sum_j w[h * w_stride + j] * row j [i]
   void (*axpy_rows_f32)(const float* w, std::size_t w_stride, const float* rows, std::size_t stride, std::size_t count,
                         std::size_t heads, std::size_t n, float* y);
   void (*axpy_rows_f16)(const float* w, std::size_t w_stride, const std::uint16_t* rows, std::size_t stride,
@@ -34,13 +38,34 @@ struct VecOps {
   void (*swiglu)(float* gate, const float* up, std::size_t n);
 };
 
-// The row variants in terms of one ISA's dot and axpy (each ISA file instantiates them with its
-// own inlined primitives).
-template <class T, float (*Dot)(const T*, const float*, std::size_t)>
-void dot_rows(const T* rows, std::size_t stride, std::size_t count, const float* q, std::size_t heads, std::size_t n,
-              float scale, float* out, std::size_t out_stride) {
+// Positions per block of cached keys: one 512-bit vector of F32 scores.
+inline constexpr std::size_t kKeyBlock = 16;
+
+// pass.template operator()<H>(h) over the heads in passes of four, then one pass of the three,
+// two or one left: the vector kernels keep H heads' accumulators in registers.
+template <class Pass>
+void in_head_passes(std::size_t heads, Pass&& pass) {
+  std::size_t h = 0;
+  for (; h + 4 <= heads; h += 4) pass.template operator()<4>(h);
+  switch (heads - h) {
+    case 3: pass.template operator()<3>(h); break;
+    case 2: pass.template operator()<2>(h); break;
+    case 1: pass.template operator()<1>(h); break;
+    default: break;
+  }
+}
+
+// The column-layout scores and the row variant of axpy in plain loops; each ISA file
+// instantiates them with its own element conversion and inlined axpy.
+template <class T, float (*ToFloat)(T)>
+void dot_keys(const T* keys, std::size_t count, const float* q, std::size_t heads, std::size_t n, float scale,
+              float* out, std::size_t out_stride) {
   for (std::size_t h = 0; h < heads; ++h) {
-    for (std::size_t j = 0; j < count; ++j) out[h * out_stride + j] = scale * Dot(rows + j * stride, q + h * n, n);
+    for (std::size_t j = 0; j < count; ++j) {
+      float s = 0;
+      for (std::size_t i = 0; i < n; ++i) s += q[h * n + i] * ToFloat(keys[i * kKeyBlock + j]);
+      out[h * out_stride + j] = scale * s;
+    }
   }
 }
 template <class T, void (*Axpy)(float, const T*, float*, std::size_t)>

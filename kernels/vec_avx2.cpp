@@ -53,54 +53,41 @@ inline __m256i tail_mask8(std::size_t left) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(std::min<std::size_t>(left, 8))), lane);
 }
 
-// Eight vectors of partial sums into one vector of their sums: element i = sum of v[i].
-inline __m256 sum8(const __m256 (&v)[8]) {
-  const __m256 a0 = _mm256_hadd_ps(v[0], v[1]);
-  const __m256 a1 = _mm256_hadd_ps(v[2], v[3]);
-  const __m256 a2 = _mm256_hadd_ps(v[4], v[5]);
-  const __m256 a3 = _mm256_hadd_ps(v[6], v[7]);
-  const __m256 b0 = _mm256_hadd_ps(a0, a1);  // per 128-bit half: sums 0..3, then 4..7 below
-  const __m256 b1 = _mm256_hadd_ps(a2, a3);
-  return _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
+// As vec_avx512.cpp's dot_keys_pass, on two 8-wide halves of the 16-key block: H heads, one
+// chain per head and half (eight FMAs in flight at H = 4).
+template <class T, int H>
+INFERCAST_INLINE void dot_keys_pass(const T* keys, std::size_t count, const float* q, std::size_t n, __m256 scale,
+                                    float* out, std::size_t out_stride) {
+  __m256 acc[H][2];
+  INFERCAST_UNROLL
+  for (int h = 0; h < H; ++h) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+  for (std::size_t i = 0; i < n; ++i) {
+    const __m256 k0 = load8(keys + i * kKeyBlock);
+    const __m256 k1 = load8(keys + i * kKeyBlock + 8);
+    INFERCAST_UNROLL
+    for (int h = 0; h < H; ++h) {
+      const __m256 qi = _mm256_set1_ps(q[h * n + i]);
+      acc[h][0] = _mm256_fmadd_ps(qi, k0, acc[h][0]);
+      acc[h][1] = _mm256_fmadd_ps(qi, k1, acc[h][1]);
+    }
+  }
+  INFERCAST_UNROLL
+  for (int h = 0; h < H; ++h) {
+    alignas(32) float sums[16];
+    _mm256_store_ps(sums, _mm256_mul_ps(acc[h][0], scale));
+    _mm256_store_ps(sums + 8, _mm256_mul_ps(acc[h][1], scale));
+    std::copy(sums, sums + count, out + h * out_stride);
+  }
 }
 
-constexpr std::size_t kMaxBlockN = 256;  // head sizes up to this use the converted-block path
-
-// Scores of several query heads against up to 8 keys at a time: the keys converted to F32 once
-// into a block every head reads, and per head the eight dot products summed together by sum8
-// instead of one horizontal reduction each.
 template <class T>
-void dot_rows_heads(const T* rows, std::size_t stride, std::size_t count, const float* q, std::size_t heads,
-                    std::size_t n, float scale, float* out, std::size_t out_stride) {
-  if (n > kMaxBlockN || n % 8 != 0) {
-    dot_rows<T, dot<T>>(rows, stride, count, q, heads, n, scale, out, out_stride);
-    return;
-  }
-  const std::size_t chunks = n / 8;
-  alignas(32) float block[8 * kMaxBlockN];
+void dot_keys(const T* keys, std::size_t count, const float* q, std::size_t heads, std::size_t n, float scale,
+              float* out, std::size_t out_stride) {
+  static_assert(kKeyBlock == 16);
   const __m256 vscale = _mm256_set1_ps(scale);
-  for (std::size_t j0 = 0; j0 < count; j0 += 8) {
-    const std::size_t m = std::min<std::size_t>(8, count - j0);
-    for (std::size_t r = 0; r < 8; ++r) {
-      for (std::size_t c = 0; c < chunks; ++c) {
-        _mm256_store_ps(block + (r * chunks + c) * 8, r < m ? load8(rows + (j0 + r) * stride + 8 * c) : _mm256_setzero_ps());
-      }
-    }
-    for (std::size_t h = 0; h < heads; ++h) {
-      const float* qh = q + h * n;
-      __m256 acc[8];
-      INFERCAST_UNROLL
-      for (auto& a : acc) a = _mm256_setzero_ps();
-      for (std::size_t c = 0; c < chunks; ++c) {
-        const __m256 qv = _mm256_loadu_ps(qh + 8 * c);
-        INFERCAST_UNROLL
-        for (std::size_t r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(_mm256_load_ps(block + (r * chunks + c) * 8), qv, acc[r]);
-      }
-      alignas(32) float sums[8];
-      _mm256_store_ps(sums, _mm256_mul_ps(sum8(acc), vscale));
-      std::copy(sums, sums + m, out + h * out_stride + j0);
-    }
-  }
+  in_head_passes(heads, [&]<int H>(std::size_t h) {
+    dot_keys_pass<T, H>(keys, count, q + h * n, n, vscale, out + h * out_stride, out_stride);
+  });
 }
 
 // y_h += sum_j w_h[j] * row j for H heads over 32 columns from c0: each row chunk is loaded (and
@@ -208,7 +195,7 @@ void swiglu(float* gate, const float* up, std::size_t n) {
 }
 
 const VecOps kAvx2{"avx2", dot<float>, dot<std::uint16_t>, axpy<float>, axpy<std::uint16_t>,
-    dot_rows_heads<float>, dot_rows_heads<std::uint16_t>, axpy_rows_heads<float>, axpy_rows_heads<std::uint16_t>,
+    dot_keys<float>, dot_keys<std::uint16_t>, axpy_rows_heads<float>, axpy_rows_heads<std::uint16_t>,
     softmax, swiglu};
 
 }  // namespace

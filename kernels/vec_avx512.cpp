@@ -42,59 +42,44 @@ void axpy(float a, const T* x, float* y, std::size_t n) {
   }
 }
 
-// Sixteen vectors of partial sums into one vector of their sums: element i = sum of v[i]. Three
-// rounds of shuffles and adds, 45 instructions for 16 sums where 16 horizontal reductions take
-// about 150.
-inline __m512 sum16(const __m512 (&v)[16]) {
-  __m512 x[8];
-  for (int i = 0; i < 8; ++i) x[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-  __m512 y[4];
-  for (int i = 0; i < 4; ++i) {
-    y[i] = _mm512_add_ps(_mm512_shuffle_ps(x[2 * i], x[2 * i + 1], 0x44), _mm512_shuffle_ps(x[2 * i], x[2 * i + 1], 0xEE));
+// Scores of H heads against one block of keys in the column layout: each element row of the
+// block is loaded (and converted) once for the H heads, one broadcast and FMA per head. Two
+// chains per head (even and odd elements) keep eight FMAs in flight at H = 4.
+template <class T, int H>
+INFERCAST_INLINE void dot_keys_pass(const T* keys, __mmask16 stored, const float* q, std::size_t n, __m512 scale,
+                                    float* out, std::size_t out_stride) {
+  __m512 acc[H][2];
+  INFERCAST_UNROLL
+  for (int h = 0; h < H; ++h) acc[h][0] = acc[h][1] = _mm512_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    const __m512 k0 = load16(keys + i * kKeyBlock);
+    const __m512 k1 = load16(keys + (i + 1) * kKeyBlock);
+    INFERCAST_UNROLL
+    for (int h = 0; h < H; ++h) {
+      acc[h][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[h * n + i]), k0, acc[h][0]);
+      acc[h][1] = _mm512_fmadd_ps(_mm512_set1_ps(q[h * n + i + 1]), k1, acc[h][1]);
+    }
   }
-  const __m512 u0 = _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], 0x88), _mm512_shuffle_f32x4(y[0], y[1], 0xDD));
-  const __m512 u1 = _mm512_add_ps(_mm512_shuffle_f32x4(y[2], y[3], 0x88), _mm512_shuffle_f32x4(y[2], y[3], 0xDD));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x88), _mm512_shuffle_f32x4(u0, u1, 0xDD));
+  if (i < n) {
+    const __m512 k0 = load16(keys + i * kKeyBlock);
+    INFERCAST_UNROLL
+    for (int h = 0; h < H; ++h) acc[h][0] = _mm512_fmadd_ps(_mm512_set1_ps(q[h * n + i]), k0, acc[h][0]);
+  }
+  INFERCAST_UNROLL
+  for (int h = 0; h < H; ++h)
+    _mm512_mask_storeu_ps(out + h * out_stride, stored, _mm512_mul_ps(_mm512_add_ps(acc[h][0], acc[h][1]), scale));
 }
 
-constexpr std::size_t kMaxBlockN = 256;  // head sizes up to this use the converted-block path
-
-// Scores of several query heads against up to 16 keys at a time. The keys are converted to F32
-// once into a block every head then reads; per head, the sixteen dot products are summed
-// together by sum16 instead of one horizontal reduction each.
 template <class T>
-void dot_rows_heads(const T* rows, std::size_t stride, std::size_t count, const float* q, std::size_t heads,
-                    std::size_t n, float scale, float* out, std::size_t out_stride) {
-  if (n > kMaxBlockN) {
-    dot_rows<T, dot<T>>(rows, stride, count, q, heads, n, scale, out, out_stride);
-    return;
-  }
-  const std::size_t chunks = (n + 15) / 16;
-  const __mmask16 last = n % 16 == 0 ? 0xFFFF : tail_mask(n % 16);
-  alignas(64) float block[16 * kMaxBlockN];
+void dot_keys(const T* keys, std::size_t count, const float* q, std::size_t heads, std::size_t n, float scale,
+              float* out, std::size_t out_stride) {
+  static_assert(kKeyBlock == 16);
+  const __mmask16 stored = tail_mask16(count);
   const __m512 vscale = _mm512_set1_ps(scale);
-  for (std::size_t j0 = 0; j0 < count; j0 += 16) {
-    const std::size_t m = std::min<std::size_t>(16, count - j0);
-    for (std::size_t r = 0; r < 16; ++r) {
-      for (std::size_t c = 0; c < chunks; ++c) {
-        const __mmask16 mask = c + 1 == chunks ? last : 0xFFFF;
-        const __m512 v = r < m ? load16(rows + (j0 + r) * stride + 16 * c, mask) : _mm512_setzero_ps();
-        _mm512_store_ps(block + (r * chunks + c) * 16, v);
-      }
-    }
-    for (std::size_t h = 0; h < heads; ++h) {
-      const float* qh = q + h * n;
-      __m512 acc[16];
-      INFERCAST_UNROLL
-      for (auto& a : acc) a = _mm512_setzero_ps();
-      for (std::size_t c = 0; c < chunks; ++c) {
-        const __m512 qv = _mm512_maskz_loadu_ps(c + 1 == chunks ? last : 0xFFFF, qh + 16 * c);
-        INFERCAST_UNROLL
-        for (std::size_t r = 0; r < 16; ++r) acc[r] = _mm512_fmadd_ps(_mm512_load_ps(block + (r * chunks + c) * 16), qv, acc[r]);
-      }
-      _mm512_mask_storeu_ps(out + h * out_stride + j0, tail_mask16(m), _mm512_mul_ps(sum16(acc), vscale));
-    }
-  }
+  in_head_passes(heads, [&]<int H>(std::size_t h) {
+    dot_keys_pass<T, H>(keys, stored, q + h * n, n, vscale, out + h * out_stride, out_stride);
+  });
 }
 
 // y_h += sum_j w_h[j] * row j for H heads over 64 columns from c0: each row chunk is loaded (and
@@ -136,14 +121,9 @@ template <class T>
 void axpy_rows_heads(const float* w, std::size_t w_stride, const T* rows, std::size_t stride, std::size_t count,
                      std::size_t heads, std::size_t n, float* y) {
   for (std::size_t c0 = 0; c0 < n; c0 += 64) {
-    std::size_t h = 0;
-    for (; h + 4 <= heads; h += 4) axpy_pass<T, 4>(w + h * w_stride, w_stride, rows, stride, count, n, c0, y + h * n);
-    switch (heads - h) {
-      case 3: axpy_pass<T, 3>(w + h * w_stride, w_stride, rows, stride, count, n, c0, y + h * n); break;
-      case 2: axpy_pass<T, 2>(w + h * w_stride, w_stride, rows, stride, count, n, c0, y + h * n); break;
-      case 1: axpy_pass<T, 1>(w + h * w_stride, w_stride, rows, stride, count, n, c0, y + h * n); break;
-      default: break;
-    }
+    in_head_passes(heads, [&]<int H>(std::size_t h) {
+      axpy_pass<T, H>(w + h * w_stride, w_stride, rows, stride, count, n, c0, y + h * n);
+    });
   }
 }
 
@@ -204,7 +184,7 @@ void swiglu(float* gate, const float* up, std::size_t n) {
 }
 
 const VecOps kAvx512{"avx512", dot<float>, dot<std::uint16_t>, axpy<float>, axpy<std::uint16_t>,
-    dot_rows_heads<float>, dot_rows_heads<std::uint16_t>, axpy_rows_heads<float>, axpy_rows_heads<std::uint16_t>,
+    dot_keys<float>, dot_keys<std::uint16_t>, axpy_rows_heads<float>, axpy_rows_heads<std::uint16_t>,
     softmax, swiglu};
 
 }  // namespace

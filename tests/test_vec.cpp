@@ -38,8 +38,54 @@ TEST(VecOps, EveryLevelMatchesScalar) {
   }
 }
 
-// The grouped row variants against per-row calls of the same level's dot and axpy, over block
-// sizes around the 16-key step, head sizes with tails and several heads sharing the rows.
+// Scores over a block of keys in the column layout against the same level's dot product of each
+// key gathered into a row, for every head count the kernels split into passes and head sizes
+// with odd tails. The columns past `count` hold NaN: they are read, and must change nothing.
+TEST(VecOps, KeyScoresMatchPerKeyDots) {
+  SeededRng rng(13);
+  for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
+    const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
+    for (std::size_t count : {1U, 5U, 15U, 16U}) {
+      for (std::size_t n : {1U, 7U, 33U, 64U, 128U, 300U}) {
+        for (std::size_t heads : {1U, 2U, 3U, 4U, 5U, 8U}) {
+          std::vector<float> keys(n * kKeyBlock, std::nanf("")), q(heads * n);
+          std::vector<std::uint16_t> half_keys(keys.size(), 0x7E00);  // F16 NaN
+          std::vector<std::vector<float>> key_rows(count, std::vector<float>(n));
+          std::vector<std::vector<std::uint16_t>> half_rows(count, std::vector<std::uint16_t>(n));
+          for (std::size_t j = 0; j < count; ++j) {
+            for (std::size_t i = 0; i < n; ++i) {
+              keys[i * kKeyBlock + j] = key_rows[j][i] = rng.gaussian();
+              half_keys[i * kKeyBlock + j] = half_rows[j][i] = fp32_to_fp16(key_rows[j][i]);
+            }
+          }
+          for (auto& v : q) v = rng.gaussian();
+          const std::size_t out_stride = 20;  // rows of scores wider than a block, as in attention
+          std::vector<float> out32(heads * out_stride, -7.0F), out16(heads * out_stride, -7.0F);
+          ops.dot_keys_f32(keys.data(), count, q.data(), heads, n, 0.5F, out32.data(), out_stride);
+          ops.dot_keys_f16(half_keys.data(), count, q.data(), heads, n, 0.5F, out16.data(), out_stride);
+          const std::string where = std::string(ops.name) + " count " + std::to_string(count) + " n " +
+                                    std::to_string(n) + " heads " + std::to_string(heads);
+          // Sums run in another order than one dot product's: a few ulp of the magnitude.
+          const float tol = 2e-6F * static_cast<float>(n);
+          for (std::size_t h = 0; h < heads; ++h) {
+            for (std::size_t j = 0; j < out_stride; ++j) {
+              if (j >= count) {  // never written
+                EXPECT_EQ(out32[h * out_stride + j], -7.0F) << where;
+                EXPECT_EQ(out16[h * out_stride + j], -7.0F) << where;
+                continue;
+              }
+              EXPECT_NEAR(out32[h * out_stride + j], 0.5F * ops.dot_f32(key_rows[j].data(), &q[h * n], n), tol) << where;
+              EXPECT_NEAR(out16[h * out_stride + j], 0.5F * ops.dot_f16(half_rows[j].data(), &q[h * n], n), tol) << where;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The grouped axpy against per-row calls of the same level's axpy, over block sizes around the
+// 16-position step, head sizes with tails and several heads sharing the rows.
 TEST(VecOps, RowVariantsMatchPerRowCalls) {
   SeededRng rng(12);
   for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
@@ -48,25 +94,17 @@ TEST(VecOps, RowVariantsMatchPerRowCalls) {
       for (std::size_t n : {33U, 64U, 80U, 128U, 300U}) {
         for (std::size_t heads : {1U, 3U, 8U}) {
           const std::size_t stride = n + 7;
-          std::vector<float> rows(rows_n * stride), q(heads * n), w(heads * rows_n);
+          std::vector<float> rows(rows_n * stride), w(heads * rows_n);
           std::vector<std::uint16_t> half_rows(rows.size());
           for (std::size_t i = 0; i < rows.size(); ++i) half_rows[i] = fp32_to_fp16(rows[i] = rng.gaussian());
-          for (auto& v : q) v = rng.gaussian();
           for (auto& v : w) v = rng.gaussian();
-          std::vector<float> out32(heads * rows_n), out16(heads * rows_n);
-          ops.dot_rows_f32(rows.data(), stride, rows_n, q.data(), heads, n, 0.5F, out32.data(), rows_n);
-          ops.dot_rows_f16(half_rows.data(), stride, rows_n, q.data(), heads, n, 0.5F, out16.data(), rows_n);
           std::vector<float> y32(heads * n, 1.0F), y16(heads * n, 1.0F), e32(heads * n, 1.0F), e16(heads * n, 1.0F);
           ops.axpy_rows_f32(w.data(), rows_n, rows.data(), stride, rows_n, heads, n, y32.data());
           ops.axpy_rows_f16(w.data(), rows_n, half_rows.data(), stride, rows_n, heads, n, y16.data());
           const std::string where = std::string(ops.name) + " rows " + std::to_string(rows_n) + " n " +
                                     std::to_string(n) + " heads " + std::to_string(heads);
-          // Sums run in another order than one dot product's: a few ulp of the magnitude.
-          const float tol = 2e-6F * static_cast<float>(n);
           for (std::size_t h = 0; h < heads; ++h) {
             for (std::size_t j = 0; j < rows_n; ++j) {
-              EXPECT_NEAR(out32[h * rows_n + j], 0.5F * ops.dot_f32(&rows[j * stride], &q[h * n], n), tol) << where;
-              EXPECT_NEAR(out16[h * rows_n + j], 0.5F * ops.dot_f16(&half_rows[j * stride], &q[h * n], n), tol) << where;
               ops.axpy_f32(w[h * rows_n + j], &rows[j * stride], &e32[h * n], n);
               ops.axpy_f16(w[h * rows_n + j], &half_rows[j * stride], &e16[h * n], n);
             }
