@@ -38,10 +38,11 @@ Engine::Engine(const Model& model, const EngineOptions& options)
   if (options.kv_tokens == 0) throw UsageError("the KV cache needs room for at least one token");
   ctx_.set_row_schedule(row_schedule_for(numa_));
   const std::size_t blocks = (options.kv_tokens + kKvBlockTokens - 1) / kKvBlockTokens;
+  kv_blocks_ = blocks;
   kv_pool_bytes_ = static_cast<std::uint64_t>(blocks) * kv_block_bytes_;
   kv_pool_ = PageBuffer(kv_pool_bytes_);
   free_blocks_.resize(blocks);
-  // Hand out low block numbers first, so a short run touches only the start of the pool.
+  // Hand out low block numbers first: a sequence's blocks then lie in order (see kv_blocks_).
   std::iota(free_blocks_.rbegin(), free_blocks_.rend(), 0);
   scores_.resize(ctx_.threads());
 }
@@ -72,8 +73,8 @@ std::string_view Engine::kernel_name(const WeightView& w, std::size_t batch) con
 std::uint8_t* Engine::kv_rows(int block, int layer, bool value, int kv_head) {
   const std::size_t part = (static_cast<std::size_t>(layer) * 2 + (value ? 1 : 0)) * static_cast<std::size_t>(cfg_.kv_heads) +
                            static_cast<std::size_t>(kv_head);
-  return kv_pool_.as<std::uint8_t>() + static_cast<std::size_t>(block) * kv_block_bytes_ +
-         part * kKvBlockTokens * static_cast<std::size_t>(cfg_.head_dim) * kv_elem_bytes_;
+  const std::size_t head_block = kKvBlockTokens * static_cast<std::size_t>(cfg_.head_dim) * kv_elem_bytes_;
+  return kv_pool_.as<std::uint8_t>() + (part * kv_blocks_ + static_cast<std::size_t>(block)) * head_block;
 }
 
 namespace {
