@@ -79,11 +79,13 @@ std::uint8_t* Engine::kv_rows(int block, int layer, bool value, int kv_head) {
 
 namespace {
 
+// A task's keys and values asked for at once, at most this many bytes: beyond it they would no
+// longer fit in L2 beside the next task's.
+constexpr std::size_t kPrefetchBytes = 256 * 1024;
+
 // Asks for every cache line of [p, p + bytes) into L2. Attention's keys and values were written
 // one step ago and the weight stream has since pushed them out of cache; loaded on demand, each
 // block's lines arrive one latency after another, which made attention a tenth of a decode step.
-constexpr std::size_t kPrefetchBytes = 256 * 1024;
-
 void prefetch_to_l2(const std::uint8_t* p, std::size_t bytes) {
   for (std::size_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i, 0, 2);
 }
@@ -265,8 +267,7 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
   const bool f32 = kv_type_ == GgmlType::f32;
   const std::size_t block_bytes = kKvBlockTokens * hd * kv_elem_bytes_;
   const auto kv_heads = static_cast<std::size_t>(cfg_.kv_heads);
-  // Keys and values of a task's blocks, asked for at once, capped where they would no longer fit
-  // in L2 beside each other (longer contexts stream behind the hardware prefetcher).
+  // Longer contexts than kPrefetchBytes covers stream behind the hardware prefetcher.
   const auto prefetch_task = [&](std::size_t task) {
     const Sequence& s = sequences_[static_cast<std::size_t>(tokens[task / kv_heads].sequence)];
     const int g = static_cast<int>(task % kv_heads);
