@@ -1,16 +1,21 @@
 // Google Benchmark targets for the kernels: every weight format x ISA level x batch at a
 // 4096x4096 projection, all cores. Bytes/s is weight bytes streamed; `gops` counts 2 ops per
 // multiply-add. For DRAM-resident figures against the roofline use `infercast kernels`, which
-// cycles through weights far larger than the last-level cache.
+// cycles through weights far larger than the last-level cache. Also one attention task per ISA
+// level (the vector primitives of kernels/vec.h on one thread, cache-resident): what a decode
+// step pays per KV head and token once the cache lines have arrived.
 #include <benchmark/benchmark.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "kernels/formats.h"
 #include "kernels/gemm.h"
+#include "kernels/half.h"
+#include "kernels/vec.h"
 #include "probes/topology.h"
 
 namespace infercast {
@@ -63,7 +68,45 @@ void run_gemm(benchmark::State& state, GgmlType type, IsaLevel level, WeightLayo
   state.SetLabel(std::string(ctx.kernel_name(type, batch, kCols, view.layout)));
 }
 
+// One (token, KV head) task as the engine runs it: eight query heads of size 64 against `len`
+// cached positions in F16, keys in the column layout, values in rows, block by block.
+void run_attention(benchmark::State& state, IsaLevel level, std::size_t len) {
+  const VecOps& ops = vec_ops(level);
+  constexpr std::size_t kHeads = 8;
+  constexpr std::size_t kDim = 64;
+  const std::size_t blocks = (len + kKeyBlock - 1) / kKeyBlock;
+  std::vector<std::uint16_t> keys(blocks * kKeyBlock * kDim), values(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    keys[i] = fp32_to_fp16(0.01F * static_cast<float>(i % 97) - 0.5F);
+    values[i] = fp32_to_fp16(0.02F * static_cast<float>(i % 89) - 0.9F);
+  }
+  std::vector<float> q(kHeads * kDim, 0.03F), scores(kHeads * len), out(kHeads * kDim);
+  for (auto _ : state) {
+    for (std::size_t j0 = 0; j0 < len; j0 += kKeyBlock) {
+      ops.dot_keys_f16(&keys[j0 * kDim], std::min(kKeyBlock, len - j0), q.data(), kHeads, kDim, 0.125F, &scores[j0], len);
+    }
+    for (std::size_t h = 0; h < kHeads; ++h) ops.softmax(&scores[h * len], len);
+    std::fill(out.begin(), out.end(), 0.0F);
+    for (std::size_t j0 = 0; j0 < len; j0 += kKeyBlock) {
+      ops.axpy_rows_f16(&scores[j0], len, &values[j0 * kDim], kDim, std::min(kKeyBlock, len - j0), kHeads, kDim, out.data());
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  // Scores and the weighted sum: 2 x 2 x heads x positions x head size.
+  state.counters["gflops"] = benchmark::Counter(4.0 * kHeads * kDim * static_cast<double>(len) * static_cast<double>(state.iterations()) / 1e9,
+                                                benchmark::Counter::kIsRate);
+}
+
 void register_all() {
+  for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
+    const auto level = static_cast<IsaLevel>(l);
+    for (std::size_t len : {128, 512, 2048}) {
+      benchmark::RegisterBenchmark(fmt::format("attention/{}/positions:{}", to_string(level), len).c_str(),
+                                   [=](benchmark::State& s) { run_attention(s, level, len); })
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
   const IsaLevel best = max_supported_level(host_cpu());
   for (GgmlType type : weight_formats()) {
     for (int l = 0; l <= static_cast<int>(best); ++l) {
