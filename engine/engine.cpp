@@ -230,8 +230,8 @@ void Engine::store_token(int l, const StepToken& token, int position, std::size_
   const int block = s.blocks[static_cast<std::size_t>(position / kKvBlockTokens)];
   const int slot = position % kKvBlockTokens;
   const auto hd = static_cast<std::size_t>(cfg_.head_dim);
+  const std::size_t at = static_cast<std::size_t>(slot) * hd * kv_elem_bytes_;  // the value row's offset
   for (int g = 0; g < cfg_.kv_heads; ++g) {
-    const std::size_t at = static_cast<std::size_t>(slot) * hd * kv_elem_bytes_;
     std::uint8_t* kb = kv_rows(block, l, false, g);
     std::uint8_t* vc = kv_rows(block, l, true, g) + at;
     const float* kg = k + static_cast<std::size_t>(g) * hd;
