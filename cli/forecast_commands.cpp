@@ -79,10 +79,11 @@ void print_calibration(const Calibration& c) {
   }
   if (c.engine) {
     fmt::print("\n  engine overheads (fitted to the time outside matrix products in the runs below, relative RMS {:.1f}%): "
-               "{:.1f} us per parallel operation, {:.3f} ns per token x layer x dimension, {:.3f} ns per attention operation\n"
+               "{:.1f} us per parallel operation, {:.3f} ns per token x layer x dimension, {:.4f} ns per attention operation "
+               "in prefill, {:.4f} ns per KV cache byte in decode\n"
                "  the curves' matrix time against the engine's measured matrix time in those runs: {:.1f}% RMS\n",
                100 * c.engine->residual, 1e6 * c.engine->seconds_per_call, 1e9 * c.engine->seconds_per_token_layer_dim,
-               1e9 * c.engine->seconds_per_attention_op, 100 * c.matrix_residual);
+               1e9 * c.engine->seconds_per_attention_op, 1e9 * c.engine->seconds_per_decode_kv_byte, 100 * c.matrix_residual);
     for (const auto& r : c.runs) {
       fmt::print("    fitted on: {} {} C={} prompt {} gen {}: prefill {:.3f} s/sequence ({:.0f}% in matrices), decode {:.1f} ms/step "
                  "({:.0f}% in matrices)\n",
@@ -214,7 +215,8 @@ nlohmann::json to_json(const Forecast& f, const std::optional<double>& accuracy)
                     {"decode_tps_per_user_low", r.decode_low}, {"decode_tps_per_user_high", r.decode_high},
                     {"prefill_tps", r.prefill_tps}, {"prefill_tps_low", r.prefill_low}, {"prefill_tps_high", r.prefill_high},
                     {"ttft_ms", 1e3 * r.ttft_seconds}, {"step_bytes", r.step_bytes}, {"bandwidth_share", r.bandwidth_share},
-                    {"bottleneck", r.bottleneck},
+                    {"bottleneck", r.bottleneck}, {"decode_step_matrix_seconds", r.decode_matrix_seconds},
+                    {"decode_step_other_seconds", r.decode_other_seconds},
                     {"memory", {{"weights_bytes", r.memory.weights}, {"kv_cache_bytes", r.memory.kv_cache},
                                 {"activation_bytes", r.memory.activations}, {"needed_bytes", r.memory.needed},
                                 {"available_bytes", r.memory.available}, {"headroom_bytes", r.memory.headroom()},
@@ -359,7 +361,11 @@ void validate(const ValidateArgs& a) {
                       {"decode_error", v.decode_error()}, {"decode_band", {v.decode_low, v.decode_high}}, {"decode_in_band", v.decode_in_band()},
                       {"predicted_prefill_tps", v.predicted_prefill_tps}, {"measured_prefill_tps", v.measured_prefill_tps},
                       {"prefill_error", v.prefill_error()}, {"prefill_band", {v.prefill_low, v.prefill_high}},
-                      {"prefill_in_band", v.prefill_in_band()}});
+                      {"prefill_in_band", v.prefill_in_band()},
+                      {"decode_step_seconds", {{"predicted_matrix", v.predicted_step_matrix_seconds},
+                                               {"measured_matrix", v.measured_step_matrix_seconds},
+                                               {"predicted_other", v.predicted_step_other_seconds},
+                                               {"measured_other", v.measured_step_other_seconds}}}});
     }
     nlohmann::json fitted = nlohmann::json::array();
     for (const auto& run : c->runs) fitted.push_back({{"model", run.model}, {"quant", run.quant}, {"concurrency", run.concurrency}, {"prompt", run.prompt}});
@@ -378,6 +384,15 @@ void validate(const ValidateArgs& a) {
     fmt::print("  {:<15} {:<7} {:>2} {:>10.2f} {:>10.2f} {:>+6.1f}% {:>6} {:>11.1f} {:>11.1f} {:>+6.1f}% {:>6}\n", v.model, v.quant,
                v.concurrency, v.predicted_decode_tps, v.measured_decode_tps, 100 * v.decode_error(), v.decode_in_band() ? "in" : "OUT",
                v.predicted_prefill_tps, v.measured_prefill_tps, 100 * v.prefill_error(), v.prefill_in_band() ? "in" : "OUT");
+  }
+  fmt::print("\none decode step, forecast / measured (ms): the weight products and the rest\n");
+  fmt::print("  {:<15} {:<7} {:>2} {:>17} {:>7} {:>17} {:>7}\n", "model", "format", "C", "products", "error", "rest", "error");
+  for (const auto& v : r.rows) {
+    const auto error = [](double predicted, double measured) { return measured > 0 ? 100 * (predicted / measured - 1) : 0.0; };
+    fmt::print("  {:<15} {:<7} {:>2} {:>8.2f} / {:<6.2f} {:>+6.1f}% {:>8.2f} / {:<6.2f} {:>+6.1f}%\n", v.model, v.quant, v.concurrency,
+               1e3 * v.predicted_step_matrix_seconds, 1e3 * v.measured_step_matrix_seconds,
+               error(v.predicted_step_matrix_seconds, v.measured_step_matrix_seconds), 1e3 * v.predicted_step_other_seconds,
+               1e3 * v.measured_step_other_seconds, error(v.predicted_step_other_seconds, v.measured_step_other_seconds));
   }
   fmt::print("\nworst decode error {:.1f}%, worst prefill error {:.1f}%\n", 100 * r.worst_decode_error, 100 * r.worst_prefill_error);
 }

@@ -92,10 +92,23 @@ void prefetch_to_l2(const std::uint8_t* p, std::size_t bytes) {
 
 }  // namespace
 
+double parallel_operations(int dense_layers, int moe_layers, double tokens, double experts_touched, bool logits) {
+  const bool batched = tokens > 1;
+  // Per layer: Q/K/V, attention, the output projection; RMSNorm, the cache writes and the
+  // residual with the second RMSNorm as per-token work.
+  const double shared = 3.0 + (batched ? 3.0 : 0.0);
+  // Dense FFN: gate/up, down, and SwiGLU and the residual as per-token work. MoE: the router,
+  // then gate, up and down of each touched expert.
+  const double dense = shared + 2.0 + (batched ? 2.0 : 0.0);
+  const double moe = shared + 1.0 + 3.0 * experts_touched;
+  return dense_layers * dense + moe_layers * moe + (logits ? 1.0 : 0.0);
+}
+
 void Engine::gemm(const WeightView& w, const float* x, std::size_t batch, float* y) { gemm_shared({w}, x, batch, {y}); }
 
 void Engine::gemm_shared(std::initializer_list<WeightView> ws, const float* x, std::size_t batch,
                          std::initializer_list<float*> ys) {
+  ++step_parallel_operations_;
   const auto start = std::chrono::steady_clock::now();
   ctx_.gemm_shared(std::span(ws.begin(), ws.size()), x, batch, std::span(ys.begin(), ys.size()));
   step_gemm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -107,6 +120,7 @@ void Engine::parallel_for(std::size_t n, const std::function<void(std::size_t, s
     body(0, 1, 0);
     return;
   }
+  ++step_parallel_operations_;
   const unsigned members = ctx_.threads();
   ctx_.pool().run([&](unsigned m) {
     const RowRange r = split_rows(n, 1, m, members);
@@ -120,6 +134,8 @@ void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits)
   step_weight_bytes_ = 0;
   step_gemm_seconds_ = 0;
   step_attention_seconds_ = 0;
+  step_parallel_operations_ = 0;
+  step_experts_touched_ = 0;
   if (n == 0) return;
   const auto dim = static_cast<std::size_t>(cfg_.dim);
   const auto qd = static_cast<std::size_t>(cfg_.q_dim());
@@ -278,6 +294,7 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
       prefetch_to_l2(kv_rows(s.blocks[b], layer, true, g), block_bytes);
     }
   };
+  ++step_parallel_operations_;
   ctx_.pool().run([&](unsigned member) {
     float* scores = scores_[member].data();
     if (member < tasks) prefetch_task(member);
@@ -356,6 +373,7 @@ void Engine::mixture(const LayerWeights& w, std::size_t n) {
   for (std::size_t e = 0; e < experts; ++e) {
     const auto& list = routed_[e];
     if (list.empty()) continue;  // an expert no token chose is never read
+    ++step_experts_touched_;
     const std::size_t m = list.size();
     expert_in_.resize(m * dim);
     expert_gate_.resize(m * ffn);

@@ -39,6 +39,14 @@ struct StepToken {
   bool logits = true;  // whether this token's logits are wanted
 };
 
+// Thread-team starts one step over `tokens` tokens makes: each product call (Q, K and V share
+// one, as do gate and up), attention, the per-token work between them (inline for one token),
+// and the output head when `logits` are wanted. A MoE layer starts its router's product and
+// three per expert its tokens touch (`experts_touched` per MoE layer). Each start costs a wake-up
+// and a barrier whatever the step's size, so the forecast counts them (Engine counts its own;
+// a test holds the two together).
+double parallel_operations(int dense_layers, int moe_layers, double tokens, double experts_touched, bool logits);
+
 inline constexpr int kKvBlockTokens = 16;
 static_assert(kKvBlockTokens == kKeyBlock, "a KV block is one block of keys for dot_keys");
 
@@ -62,6 +70,10 @@ class Engine {
   [[nodiscard]] double last_step_gemm_seconds() const { return step_gemm_seconds_; }
   // Seconds the last step spent in attention over the KV cache (scores, softmax, weighted sum).
   [[nodiscard]] double last_step_attention_seconds() const { return step_attention_seconds_; }
+  // Thread-team starts of the last step (see parallel_operations), and the experts its MoE
+  // layers' tokens were routed to, summed over those layers.
+  [[nodiscard]] int last_step_parallel_operations() const { return step_parallel_operations_; }
+  [[nodiscard]] int last_step_experts_touched() const { return step_experts_touched_; }
   [[nodiscard]] GemmContext& context() { return ctx_; }
   // Where the weights' pages were placed for this engine's threads (NUMA machines).
   [[nodiscard]] const NumaPlacement& numa() const { return numa_; }
@@ -111,6 +123,8 @@ class Engine {
   std::uint64_t step_weight_bytes_ = 0;
   double step_gemm_seconds_ = 0;
   double step_attention_seconds_ = 0;
+  int step_parallel_operations_ = 0;
+  int step_experts_touched_ = 0;
 
   // Activations of the current step, T rows each.
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, router_;

@@ -260,6 +260,12 @@ WeightInventory weight_inventory(const Architecture& a, const Quantization& quan
   return inv;
 }
 
+bool shares_product_call(const MatrixInfo& m) {
+  if (m.role != MatrixRole::attention && m.role != MatrixRole::ffn) return false;
+  const std::string_view name = m.name;
+  return name.ends_with(".attn_k.weight") || name.ends_with(".attn_v.weight") || name.ends_with(".ffn_up.weight");
+}
+
 WeightInventory weight_inventory(const GgufFile& file, const Architecture& a) {
   WeightInventory inv;
   for (const auto& t : file.tensors()) {

@@ -104,6 +104,10 @@ struct WeightInventory {
   [[nodiscard]] double bits_per_weight() const;
 };
 
+// Whether the engine multiplies this matrix in the product call of the one before it, which
+// shares its input (K and V with Q, up with gate), paying no call of its own.
+bool shares_product_call(const MatrixInfo& m);
+
 // Expected distinct experts that `batch` tokens route to when each picks `active` of `experts`
 // without preference: E * (1 - (1 - k/E)^B). Real routers are skewed, so this is an upper bound
 // on the spread (and so on the bytes) for a batch.

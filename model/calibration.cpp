@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <nlohmann/json.hpp>
 
+#include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/model.h"
 #include "engine/run.h"
@@ -25,50 +26,53 @@ namespace {
 // Prefill runs the prompt in steps of at most this many tokens, as `infercast run` does.
 constexpr double kPrefillChunk = 512;
 
-double matrix_calls(const Architecture& a, const WeightInventory& w, double batch) {
-  const double touched = a.is_moe() ? expected_experts_touched(a.moe.experts, a.moe.active, batch) : 0;
-  double calls = 0;
-  for (const auto& m : w.matrices) calls += m.role == MatrixRole::expert ? touched : 1.0;
-  return calls + a.layers;  // one attention operation per layer
+// Thread-team starts of one step over `tokens` tokens (every layer's product calls, attention,
+// per-token work), as the engine makes them.
+double step_calls(const Architecture& a, double tokens, bool logits) {
+  int moe_layers = 0;
+  for (int l = 0; l < a.layers; ++l) moe_layers += a.is_moe_layer(l) ? 1 : 0;
+  const double touched = a.is_moe() ? expected_experts_touched(a.moe.experts, a.moe.active, tokens) : 0;
+  return parallel_operations(a.layers - moe_layers, moe_layers, tokens, touched, logits);
 }
 
 // Least squares over the columns in `use`; false when the normal equations are singular.
-bool solve(const std::vector<std::array<double, 3>>& x, const std::vector<double>& y, std::array<bool, 3> use,
-           std::array<double, 3>& out) {
-  // Columns are scaled to unit norm so the 3x3 system is well conditioned.
-  std::array<double, 3> scale{};
-  for (int j = 0; j < 3; ++j) {
+template <std::size_t N>
+bool solve(const std::vector<std::array<double, N>>& x, const std::vector<double>& y, std::array<bool, N> use,
+           std::array<double, N>& out) {
+  // Columns are scaled to unit norm so the system is well conditioned.
+  std::array<double, N> scale{};
+  for (std::size_t j = 0; j < N; ++j) {
     for (const auto& row : x) scale[j] += row[j] * row[j];
     scale[j] = scale[j] > 0 ? std::sqrt(scale[j]) : 1;
   }
-  std::array<std::array<double, 4>, 3> m{};
+  std::array<std::array<double, N + 1>, N> m{};
   for (std::size_t i = 0; i < x.size(); ++i) {
-    for (int r = 0; r < 3; ++r) {
-      for (int c = 0; c < 3; ++c) m[r][c] += x[i][r] / scale[r] * x[i][c] / scale[c];
-      m[r][3] += x[i][r] / scale[r] * y[i];
+    for (std::size_t r = 0; r < N; ++r) {
+      for (std::size_t c = 0; c < N; ++c) m[r][c] += x[i][r] / scale[r] * x[i][c] / scale[c];
+      m[r][N] += x[i][r] / scale[r] * y[i];
     }
   }
-  for (int j = 0; j < 3; ++j) {
+  for (std::size_t j = 0; j < N; ++j) {
     if (!use[j]) {
-      for (int c = 0; c < 4; ++c) m[j][c] = 0;
-      for (int r = 0; r < 3; ++r) m[r][j] = 0;
+      for (std::size_t c = 0; c <= N; ++c) m[j][c] = 0;
+      for (std::size_t r = 0; r < N; ++r) m[r][j] = 0;
       m[j][j] = 1;
     }
   }
-  for (int p = 0; p < 3; ++p) {
-    int best = p;
-    for (int r = p + 1; r < 3; ++r) {
+  for (std::size_t p = 0; p < N; ++p) {
+    std::size_t best = p;
+    for (std::size_t r = p + 1; r < N; ++r) {
       if (std::abs(m[r][p]) > std::abs(m[best][p])) best = r;
     }
     if (std::abs(m[best][p]) < 1e-12) return false;
     std::swap(m[p], m[best]);
-    for (int r = 0; r < 3; ++r) {
+    for (std::size_t r = 0; r < N; ++r) {
       if (r == p) continue;
       const double f = m[r][p] / m[p][p];
-      for (int c = p; c < 4; ++c) m[r][c] -= f * m[p][c];
+      for (std::size_t c = p; c <= N; ++c) m[r][c] -= f * m[p][c];
     }
   }
-  for (int j = 0; j < 3; ++j) out[j] = use[j] ? m[j][3] / m[j][j] / scale[j] : 0;
+  for (std::size_t j = 0; j < N; ++j) out[j] = use[j] ? m[j][N] / m[j][j] / scale[j] : 0;
   return true;
 }
 
@@ -187,14 +191,18 @@ double Calibration::relative_band(double matrix_seconds, double other_seconds) c
   return std::max(0.05, 2.0 * std::sqrt(m * m + o * o + sweep_cv * sweep_cv));
 }
 
-StepWork decode_work(const Architecture& a, const WeightInventory& w, double batch, double context) {
-  return {matrix_calls(a, w, batch), batch * a.layers * a.dim, batch * attention_ops_per_token(a, context)};
+StepWork decode_work(const Architecture& a, double batch, double context, double kv_element_bytes) {
+  const double kv_bytes = batch * context * static_cast<double>(kv_bytes_per_token(a, 1)) * kv_element_bytes;
+  return {step_calls(a, batch, true), batch * a.layers * a.dim, 0, batch * attention_ops_per_token(a, context), kv_bytes};
 }
 
-StepWork prefill_work(const Architecture& a, const WeightInventory& w, double tokens) {
-  const double chunks = std::ceil(tokens / kPrefillChunk);
-  return {chunks * matrix_calls(a, w, std::min(tokens, kPrefillChunk)), tokens * a.layers * a.dim,
-          attention_ops_per_token(a, 1.0) * tokens * (tokens + 1) / 2};
+StepWork prefill_work(const Architecture& a, double tokens) {
+  double calls = 0;
+  for (double begin = 0; begin < tokens; begin += kPrefillChunk) {
+    const double n = std::min(kPrefillChunk, tokens - begin);
+    calls += step_calls(a, n, begin + n >= tokens);
+  }
+  return {calls, tokens * a.layers * a.dim, attention_ops_per_token(a, 1.0) * tokens * (tokens + 1) / 2, 0, 0};
 }
 
 double matrix_seconds(const Calibration& c, const Architecture& a, const WeightInventory& w, double batch, double output_batch) {
@@ -207,7 +215,8 @@ double matrix_seconds(const Calibration& c, const Architecture& a, const WeightI
     } else if (m.role == MatrixRole::output) {
       if (output_batch > 0) s += c.product_seconds(m.type, static_cast<double>(m.bytes()), static_cast<double>(m.rows), output_batch);
     } else {
-      s += c.product_seconds(m.type, static_cast<double>(m.bytes()), static_cast<double>(m.rows), batch);
+      const double calls = shares_product_call(m) ? 0.0 : 1.0;
+      s += c.product_seconds(m.type, static_cast<double>(m.bytes()), static_cast<double>(m.rows), batch, calls);
     }
   }
   return s;
@@ -223,29 +232,42 @@ double prefill_matrix_seconds(const Calibration& c, const Architecture& a, const
 }
 
 EngineOverheads fit_overheads(const std::vector<OverheadObservation>& observations) {
-  std::vector<std::array<double, 3>> x;
+  constexpr std::size_t kColumns = 4;
+  const auto row = [](const StepWork& w) {
+    return std::array<double, kColumns>{w.calls, w.token_layer_dims, w.attention_ops, w.decode_kv_bytes};
+  };
+  // Each observation weighted by its measured time: the squares minimized are relative errors,
+  // as the fit is judged. Unweighted, a prefill's tenth of a second outweighed every decode
+  // step's milliseconds and the decode overheads came out 40% wrong.
+  std::vector<std::array<double, kColumns>> x;
   std::vector<double> y;
   for (const auto& o : observations) {
-    x.push_back({o.work.calls, o.work.token_layer_dims, o.work.attention_ops});
-    y.push_back(o.measured_seconds - o.matrix_seconds);
+    const double weight = o.measured_seconds > 0 ? 1.0 / o.measured_seconds : 1.0;
+    auto r = row(o.work);
+    for (double& v : r) v *= weight;
+    x.push_back(r);
+    y.push_back((o.measured_seconds - o.matrix_seconds) * weight);
   }
-  // Non-negative least squares by trying every subset of columns: three columns, eight subsets.
+  // Non-negative least squares by trying every subset of columns (four columns, sixteen subsets)
+  // and keeping the best fit whose coefficients are all non-negative.
   EngineOverheads best;
   double best_error = std::numeric_limits<double>::infinity();
-  for (int mask = 0; mask < 8; ++mask) {
-    const std::array<bool, 3> use{(mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0};
-    std::array<double, 3> coef{};
+  for (unsigned mask = 0; mask < (1U << kColumns); ++mask) {
+    std::array<bool, kColumns> use{};
+    for (std::size_t j = 0; j < kColumns; ++j) use[j] = (mask >> j & 1U) != 0;
+    std::array<double, kColumns> coef{};
     if (!solve(x, y, use, coef)) continue;
-    if (coef[0] < 0 || coef[1] < 0 || coef[2] < 0) continue;
+    if (std::any_of(coef.begin(), coef.end(), [](double v) { return v < 0; })) continue;
+    const EngineOverheads candidate{coef[0], coef[1], coef[2], coef[3], 0, true};
     double error = 0;
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      const double predicted = observations[i].matrix_seconds + coef[0] * x[i][0] + coef[1] * x[i][1] + coef[2] * x[i][2];
-      const double rel = (predicted - observations[i].measured_seconds) / observations[i].measured_seconds;
+    for (const auto& o : observations) {
+      const double rel = (o.matrix_seconds + candidate.seconds(o.work) - o.measured_seconds) / o.measured_seconds;
       error += rel * rel;
     }
     if (error < best_error) {
       best_error = error;
-      best = {coef[0], coef[1], coef[2], std::sqrt(error / static_cast<double>(x.size()))};
+      best = candidate;
+      best.residual = std::sqrt(error / static_cast<double>(x.size()));
     }
   }
   return best;
@@ -279,6 +301,7 @@ nlohmann::json to_json(const Calibration& c) {
                    {"seconds_per_token_layer_dim", c.engine->seconds_per_token_layer_dim},
                    {"seconds_per_attention_op", c.engine->seconds_per_attention_op},
                    {"residual", c.engine->residual}};
+    if (c.engine->decode_attention_fitted) j["engine"]["seconds_per_decode_kv_byte"] = c.engine->seconds_per_decode_kv_byte;
   }
   return j;
 }
@@ -319,8 +342,18 @@ Calibration calibration_from_json(const nlohmann::json& j) {
     }
     if (j.contains("engine")) {
       const auto& e = j.at("engine");
-      c.engine = EngineOverheads{e.at("seconds_per_call").get<double>(), e.at("seconds_per_token_layer_dim").get<double>(),
-                                 e.at("seconds_per_attention_op").get<double>(), e.value("residual", 0.0)};
+      const bool fitted = e.contains("seconds_per_decode_kv_byte");
+      c.engine = EngineOverheads{e.at("seconds_per_call").get<double>(),
+                                 e.at("seconds_per_token_layer_dim").get<double>(),
+                                 e.at("seconds_per_attention_op").get<double>(),
+                                 fitted ? e.at("seconds_per_decode_kv_byte").get<double>() : 0.0,
+                                 e.value("residual", 0.0),
+                                 fitted};
+      const auto& o = *c.engine;
+      if (o.seconds_per_call < 0 || o.seconds_per_token_layer_dim < 0 || o.seconds_per_attention_op < 0 ||
+          o.seconds_per_decode_kv_byte < 0) {
+        throw UsageError("an engine overhead is negative");
+      }
     }
     return c;
   } catch (const nlohmann::json::exception& e) {
@@ -333,7 +366,9 @@ Calibration calibration_from_json(const nlohmann::json& j) {
 const CalibrationPlan& calibration_plan() {
   // A model no `validate` size matches, in formats and at concurrencies `validate` does not
   // use, with prompts of other lengths: the overheads are fitted apart from what is judged.
-  static const CalibrationPlan kPlan{"calibration-0.94b", {"F16", "Q6_K"}, {3, 8}, {64, 256}, 24};
+  // Three concurrencies and prompt lengths, so the four overheads (per call, per token, per
+  // prefill and per decode attention operation) are not fitted to as many configurations.
+  static const CalibrationPlan kPlan{"calibration-0.94b", {"F16", "Q6_K"}, {3, 6, 8}, {64, 128, 256}, 24};
   return kPlan;
 }
 
@@ -423,9 +458,9 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
         // to the difference from a prediction: a kernel-model error must not leak into them.
         const double context = r.prompt_tokens + r.gen_tokens / 2.0;
         observations.push_back({run.decode_seconds_per_step - run.decode_gemm_seconds_per_step, 0.0,
-                                decode_work(arch, inv, r.concurrency, context)});
+                                decode_work(arch, r.concurrency, context)});
         observations.push_back({run.prefill_seconds_per_sequence - run.prefill_gemm_seconds_per_sequence, 0.0,
-                                prefill_work(arch, inv, r.prompt_tokens)});
+                                prefill_work(arch, r.prompt_tokens)});
         const double decode_rel = matrix_seconds(c, arch, inv, r.concurrency, r.concurrency) / run.decode_gemm_seconds_per_step - 1;
         const double prefill_rel = prefill_matrix_seconds(c, arch, inv, r.prompt_tokens) / run.prefill_gemm_seconds_per_sequence - 1;
         matrix_errors.push_back(decode_rel);

@@ -37,20 +37,32 @@ struct CurvePoint {
 
 // The work of one forward step beyond the weight matrices, in the units the overheads scale by.
 struct StepWork {
-  double calls = 0;              // parallel operations (matrix products, attention)
-  double token_layer_dims = 0;   // tokens x layers x hidden size: the serial per-token work
-  double attention_ops = 0;      // multiply-adds x 2 over the KV cache
+  double calls = 0;              // thread-team starts (engine/engine.h: parallel_operations)
+  double token_layer_dims = 0;   // tokens x layers x hidden size: the per-token work
+  // Attention. A prompt's tokens attend to positions the step itself just wrote, in long tasks
+  // with the cache hot: its cost follows the operations (multiply-adds x 2). A decode token
+  // attends to a cache the weight stream has evicted, one short task per sequence and KV head:
+  // its cost follows the cache bytes read (a model with twice the query heads per KV head does
+  // not take twice as long), several times the prefill cost per operation. So they are fitted
+  // apart; the operations of decode stay for machines described by their peaks.
+  double attention_ops = 0;         // prefill
+  double decode_attention_ops = 0;  // decode (not fitted: described machines)
+  double decode_kv_bytes = 0;       // KV cache bytes a decode step reads
 };
 
 struct EngineOverheads {
   double seconds_per_call = 0;
   double seconds_per_token_layer_dim = 0;
   double seconds_per_attention_op = 0;
+  double seconds_per_decode_kv_byte = 0;
   double residual = 0;  // relative RMS of the fit over the calibration runs
+  // False for a calibration written before decode attention was fitted on its own: a forecast
+  // of this machine needs it measured again (described machines use only the first two terms).
+  bool decode_attention_fitted = true;
 
   [[nodiscard]] double seconds(const StepWork& w) const {
     return w.calls * seconds_per_call + w.token_layer_dims * seconds_per_token_layer_dim +
-           w.attention_ops * seconds_per_attention_op;
+           w.attention_ops * seconds_per_attention_op + w.decode_kv_bytes * seconds_per_decode_kv_byte;
   }
 };
 
@@ -92,8 +104,9 @@ struct Calibration {
   [[nodiscard]] double seconds_per_call(GgmlType type, double batch) const;
   // Per byte of a square 4096 x 4096 matrix, per-row work included: the figure to quote.
   [[nodiscard]] double effective_seconds_per_byte(GgmlType type, double batch) const;
-  [[nodiscard]] double product_seconds(GgmlType type, double bytes, double rows, double batch) const {
-    return seconds_per_call(type, batch) + bytes * seconds_per_byte(type, batch) + rows * seconds_per_row(type, batch);
+  // `calls`: the product's own calls (0 for a matrix multiplied in the call of the one before it).
+  [[nodiscard]] double product_seconds(GgmlType type, double bytes, double rows, double batch, double calls = 1) const {
+    return calls * seconds_per_call(type, batch) + bytes * seconds_per_byte(type, batch) + rows * seconds_per_row(type, batch);
   }
   // Relative uncertainty of a forecast made from this calibration (about two standard errors)
   // for a step of `matrix_seconds` in products and `other_seconds` in the rest: each part
@@ -107,8 +120,8 @@ Calibration calibration_from_json(const nlohmann::json& j);
 
 // Engine work of one step: `tokens` tokens at `context` positions each (on average) for decode,
 // or one prompt of `tokens` tokens (each attending to those before it) for prefill.
-StepWork decode_work(const Architecture& a, const WeightInventory& w, double batch, double context);
-StepWork prefill_work(const Architecture& a, const WeightInventory& w, double tokens);
+StepWork decode_work(const Architecture& a, double batch, double context, double kv_element_bytes = 2);
+StepWork prefill_work(const Architecture& a, double tokens);
 // Seconds the weight products of one step over `batch` tokens take by the calibration's curves;
 // the output head multiplies only the `output_batch` tokens whose logits are wanted.
 double matrix_seconds(const Calibration& c, const Architecture& a, const WeightInventory& w, double batch, double output_batch);

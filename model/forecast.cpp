@@ -21,6 +21,9 @@ class MeasuredPerformance final : public Performance {
  public:
   explicit MeasuredPerformance(const Calibration& c) : c_(c) {
     if (!c_.engine) throw UsageError("the calibration has no engine overheads: run `infercast calibrate` again");
+    if (!c_.engine->decode_attention_fitted) {
+      throw UsageError("the calibration was made by an older infercast that did not fit decode attention: run `infercast calibrate` again");
+    }
   }
   double matrix_seconds(const Architecture& a, const WeightInventory& w, double batch, double output_batch) const override {
     return infercast::matrix_seconds(c_, a, w, batch, output_batch);
@@ -117,7 +120,7 @@ class DescribedPerformance final : public Performance {
   double other_seconds(const Architecture& a, const StepWork& work, double kv_bytes, double batch) const override {
     double s = kv_bytes / (stream_ * 1e9);
     if (h_.kind == DeviceKind::gpu) {
-      s += work.attention_ops / gpu_compute_;
+      s += (work.attention_ops + work.decode_attention_ops) / gpu_compute_;
       if (devices_ > 1 && h_.interconnect_gbs > 0) {
         // Tensor parallel: two all-reduces of the activations per layer (ring: 2(N-1)/N of the data).
         const double bytes = 2.0 * a.layers * batch * a.dim * 2.0 * 2.0 * (devices_ - 1) / devices_;
@@ -127,8 +130,8 @@ class DescribedPerformance final : public Performance {
     }
     // The engine's overheads as measured on the reference, scaled by clock.
     const double clock = ref_.hardware.base_ghz > 0 && h_.base_ghz > 0 ? ref_.hardware.base_ghz / h_.base_ghz : 1.0;
-    if (ref_.calibration.engine) s += ref_.calibration.engine->seconds({work.calls, work.token_layer_dims, 0}) * clock;
-    s += work.attention_ops / (h_.peak_fp32_gflops * 1e9 * fp32_fraction());
+    if (ref_.calibration.engine) s += ref_.calibration.engine->seconds({work.calls, work.token_layer_dims, 0, 0, 0}) * clock;
+    s += (work.attention_ops + work.decode_attention_ops) / (h_.peak_fp32_gflops * 1e9 * fp32_fraction());
     return s;
   }
 
@@ -220,7 +223,7 @@ PrefillTime prefill_seconds(const Architecture& a, const WeightInventory& w, con
     t.matrix += p.matrix_seconds(a, w, n, begin + n >= tokens ? 1.0 : 0.0);
   }
   const double kv = static_cast<double>(kv_per_token) * tokens * (tokens + 1) / 2;
-  t.other = p.other_seconds(a, prefill_work(a, w, tokens), kv, tokens);
+  t.other = p.other_seconds(a, prefill_work(a, tokens), kv, tokens);
   return t;
 }
 
@@ -259,10 +262,12 @@ ForecastRow forecast_row(const Architecture& a, const WeightInventory& w, const 
   const auto kv_per_token = kv_bytes_per_token(a, load.kv_element_bytes);
   const double kv_bytes = b * context * static_cast<double>(kv_per_token);
   const double matrix = p.matrix_seconds(a, w, b, b);
-  const double other = p.other_seconds(a, decode_work(a, w, b, context), kv_bytes, b);
+  const double other = p.other_seconds(a, decode_work(a, b, context, static_cast<double>(load.kv_element_bytes)), kv_bytes, b);
   const double step = matrix + other;
   const double band = p.relative_band(matrix, other);
   r.band = band;
+  r.decode_matrix_seconds = matrix;
+  r.decode_other_seconds = other;
   r.decode_tps_per_user = 1.0 / step;
   r.decode_tps = b / step;
   r.decode_low = r.decode_tps_per_user * (1 - band);

@@ -94,6 +94,7 @@ struct RowSamples {
   std::vector<double> measured_decode, measured_prefill;
   std::vector<double> decode, decode_low, decode_high;
   std::vector<double> prefill, prefill_low, prefill_high;
+  std::vector<double> matrix, measured_matrix, other, measured_other;
 };
 
 std::vector<GgmlType> formats_of(const std::vector<const PlannedModel*>& models) {
@@ -185,6 +186,11 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
           s.prefill.push_back(f.prefill_tps);
           s.prefill_low.push_back(f.prefill_low);
           s.prefill_high.push_back(f.prefill_high);
+          const double steps = o.gen - 1;
+          s.matrix.push_back(f.decode_matrix_seconds);
+          s.other.push_back(f.decode_other_seconds);
+          s.measured_matrix.push_back(measured.decode_gemm_seconds / steps);
+          s.measured_other.push_back((measured.decode_seconds - measured.decode_gemm_seconds) / steps);
           ++done;
         }
       }
@@ -208,6 +214,10 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
     row.measured_prefill_tps = median_of(s.measured_prefill);
     row.prefill_low = median_of(s.prefill_low);
     row.prefill_high = median_of(s.prefill_high);
+    row.predicted_step_matrix_seconds = median_of(s.matrix);
+    row.measured_step_matrix_seconds = median_of(s.measured_matrix);
+    row.predicted_step_other_seconds = median_of(s.other);
+    row.measured_step_other_seconds = median_of(s.measured_other);
     report.worst_decode_error = std::max(report.worst_decode_error, std::abs(row.decode_error()));
     report.worst_prefill_error = std::max(report.worst_prefill_error, std::abs(row.prefill_error()));
     report.rows.push_back(row);

@@ -54,6 +54,12 @@ struct ValidationRow {
   double measured_prefill_tps = 0;
   double prefill_low = 0;
   double prefill_high = 0;
+  // One decode step split as `infercast run` splits it, forecast and measured (medians): which
+  // part of a forecast missed, the weight products or the rest.
+  double predicted_step_matrix_seconds = 0;
+  double measured_step_matrix_seconds = 0;
+  double predicted_step_other_seconds = 0;
+  double measured_step_other_seconds = 0;
   [[nodiscard]] double decode_error() const { return (predicted_decode_tps - measured_decode_tps) / measured_decode_tps; }
   [[nodiscard]] double prefill_error() const { return (predicted_prefill_tps - measured_prefill_tps) / measured_prefill_tps; }
   [[nodiscard]] bool decode_in_band() const { return measured_decode_tps >= decode_low && measured_decode_tps <= decode_high; }

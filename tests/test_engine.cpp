@@ -294,6 +294,38 @@ TEST(Engine, MixtureReadsOnlyTheRoutedExperts) {
   EXPECT_LT(moe.active_weight_bytes_per_token(), moe.weight_bytes() * 3 / 5);
 }
 
+// The forecast charges each thread-team start its fixed cost, counted by parallel_operations:
+// the engine's own count of a step must be that, for one token and for a batch, dense and MoE,
+// with and without logits.
+TEST(Engine, CountsTheParallelOperationsTheForecastCharges) {
+  for (const int experts : {0, 4}) {
+    const Model& m = tiny_model("Q8_0", "llama", experts);
+    const int layers = m.config().layers;
+    const int dense = experts > 0 ? 0 : layers;
+    const int moe = experts > 0 ? layers : 0;
+    Engine e(m, options(2, GgmlType::f16, 64));
+    const int a = e.add_sequence();
+    const int b = e.add_sequence();
+    std::vector<float> logits;
+    const std::vector<StepToken> prompt{{a, 3, false}, {a, 4, false}, {a, 5, true}};
+    e.step(prompt, logits);
+    const auto touched = [&] { return static_cast<double>(e.last_step_experts_touched()) / layers; };
+    EXPECT_EQ(e.last_step_parallel_operations(), parallel_operations(dense, moe, 3, touched(), true)) << experts;
+    const std::vector<StepToken> silent{{b, 7, false}};
+    e.step(silent, logits);
+    EXPECT_EQ(e.last_step_parallel_operations(), parallel_operations(dense, moe, 1, touched(), false)) << experts;
+    const std::vector<StepToken> both{{a, 6, true}, {b, 8, true}};
+    e.step(both, logits);
+    EXPECT_EQ(e.last_step_parallel_operations(), parallel_operations(dense, moe, 2, touched(), true)) << experts;
+    if (experts > 0) {
+      EXPECT_GE(e.last_step_experts_touched(), 2 * layers);  // two of four per token
+      EXPECT_LE(e.last_step_experts_touched(), 4 * layers);
+    } else {
+      EXPECT_EQ(e.last_step_experts_touched(), 0);
+    }
+  }
+}
+
 // The plan for a two-node machine (threads 0 and 1 on nodes 0 and 1): every matrix split in
 // its GEMV halves, each on its thread's node, covering every weight byte once.
 TEST(Placement, PlansEachThreadsRowsOnItsNode) {

@@ -32,7 +32,7 @@ Calibration synthetic_calibration(double gbs = 20, double slope = 0.1) {
     }
     c.core_gbs[t] = gbs;
   }
-  c.engine = EngineOverheads{10e-6, 1e-9, 0.1e-9, 0.3};
+  c.engine = EngineOverheads{10e-6, 1e-9, 0.1e-9, 0.05e-9, 0.3};
   c.matrix_residual = 0.08;
   c.runs.push_back({"calibration-0.94b", "F16", 3, 64, 12, 0.3, 0.1});
   return c;
@@ -207,6 +207,21 @@ TEST(Calibration, InterpolatesExtendsAndRoundTrips) {
   ASSERT_TRUE(back.engine);
   EXPECT_DOUBLE_EQ(back.engine->seconds_per_call, 10e-6);
   EXPECT_EQ(back.runs.size(), 1U);
+  EXPECT_DOUBLE_EQ(back.engine->seconds_per_decode_kv_byte, c.engine->seconds_per_decode_kv_byte);
+  EXPECT_TRUE(back.engine->decode_attention_fitted);
+  EXPECT_NO_THROW((void)measured_performance(back));
+  // A calibration from before decode attention had a term of its own still loads (the shipped
+  // reference lends described machines only its per-call and per-token terms), but this
+  // machine's forecast asks for a new one rather than charge decode at the prefill rate.
+  nlohmann::json old = to_json(c);
+  old["engine"].erase("seconds_per_decode_kv_byte");
+  const Calibration before = calibration_from_json(old);
+  ASSERT_TRUE(before.engine);
+  EXPECT_FALSE(before.engine->decode_attention_fitted);
+  EXPECT_THROW((void)measured_performance(before), UsageError);
+  nlohmann::json negative = to_json(c);
+  negative["engine"]["seconds_per_decode_kv_byte"] = -1e-12;
+  EXPECT_THROW(calibration_from_json(negative), UsageError);
   EXPECT_THROW(calibration_from_json(nlohmann::json::parse(R"({"schema": "infercast.calibration/1"})")), UsageError);
   EXPECT_THROW(calibration_from_json(nlohmann::json::parse("[]")), UsageError);
 }
@@ -232,12 +247,15 @@ TEST(Calibration, SplitsCallStreamingAndPerRowWork) {
 
 TEST(Calibration, OverheadFitRecoversKnownCoefficientsAndStaysNonNegative) {
   std::vector<OverheadObservation> obs;
-  const EngineOverheads truth{20e-6, 3e-9, 0.2e-9, 0};
+  const EngineOverheads truth{20e-6, 3e-9, 0.2e-9, 0.05e-9, 0};
   for (double calls : {100.0, 300.0}) {
     for (double tokens : {1e5, 4e6}) {
       for (double attn : {1e6, 5e8}) {
-        const StepWork w{calls, tokens, attn};
-        obs.push_back({0.01 + truth.seconds(w), 0.01, w});
+        // Prefill steps attend at one rate, decode steps at another.
+        const StepWork prefill{calls, tokens, attn, 0, 0};
+        const StepWork decode{calls, tokens, 0, attn / 10, attn / 2};
+        obs.push_back({0.01 + truth.seconds(prefill), 0.01, prefill});
+        obs.push_back({0.01 + truth.seconds(decode), 0.01, decode});
       }
     }
   }
@@ -245,6 +263,7 @@ TEST(Calibration, OverheadFitRecoversKnownCoefficientsAndStaysNonNegative) {
   EXPECT_NEAR(fit.seconds_per_call, truth.seconds_per_call, 1e-9);
   EXPECT_NEAR(fit.seconds_per_token_layer_dim, truth.seconds_per_token_layer_dim, 1e-12);
   EXPECT_NEAR(fit.seconds_per_attention_op, truth.seconds_per_attention_op, 1e-13);
+  EXPECT_NEAR(fit.seconds_per_decode_kv_byte, truth.seconds_per_decode_kv_byte, 1e-14);
   EXPECT_LT(fit.residual, 1e-6);
   // Measurements faster than the matrices alone: no negative overhead, a visible residual.
   for (auto& o : obs) o.measured_seconds = 0.8 * o.matrix_seconds;
@@ -252,6 +271,7 @@ TEST(Calibration, OverheadFitRecoversKnownCoefficientsAndStaysNonNegative) {
   EXPECT_GE(none.seconds_per_call, 0);
   EXPECT_GE(none.seconds_per_token_layer_dim, 0);
   EXPECT_GE(none.seconds_per_attention_op, 0);
+  EXPECT_GE(none.seconds_per_decode_kv_byte, 0);
   EXPECT_NEAR(none.residual, 0.25, 1e-9);
 }
 
@@ -266,7 +286,7 @@ TEST(Forecast, DecodeIsBytesOverMeasuredBandwidthPlusOverheads) {
   const ForecastRow r = forecast_row(a, w, *p, load, 1, 64e9);
   double matrix_bytes = 0;
   for (const auto& m : w.matrices) matrix_bytes += static_cast<double>(m.bytes());
-  const double expected = matrix_bytes / 20e9 + c.engine->seconds(decode_work(a, w, 1, 110));
+  const double expected = matrix_bytes / 20e9 + c.engine->seconds(decode_work(a, 1, 110));
   EXPECT_NEAR(1 / r.decode_tps_per_user, expected, 1e-9);
   EXPECT_EQ(r.bottleneck, "bandwidth");
   EXPECT_NEAR(r.decode_low, r.decode_tps_per_user * (1 - r.band), 1e-9);
@@ -391,6 +411,14 @@ TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
     EXPECT_GT(row.predicted_decode_tps, 0);
     EXPECT_GT(row.measured_prefill_tps, 0);
     EXPECT_LE(row.decode_low, row.predicted_decode_tps);
+    // The forecast's step split adds up to its rate (its curves are fixed, so every pass agrees);
+    // the measured split is the engine's.
+    EXPECT_GT(row.predicted_step_matrix_seconds, 0);
+    EXPECT_GT(row.predicted_step_other_seconds, 0);
+    EXPECT_NEAR(row.concurrency / (row.predicted_step_matrix_seconds + row.predicted_step_other_seconds), row.predicted_decode_tps,
+                1e-9 * row.predicted_decode_tps);
+    EXPECT_GT(row.measured_step_matrix_seconds, 0);
+    EXPECT_GT(row.measured_step_other_seconds, 0);
     worst = std::max(worst, std::abs(row.decode_error()));
   }
   EXPECT_DOUBLE_EQ(r.worst_decode_error, worst);
