@@ -7,6 +7,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/model.h"
 #include "kernels/formats.h"
@@ -273,6 +274,22 @@ TEST(Calibration, OverheadFitRecoversKnownCoefficientsAndStaysNonNegative) {
   EXPECT_GE(none.seconds_per_attention_op, 0);
   EXPECT_GE(none.seconds_per_decode_kv_byte, 0);
   EXPECT_NEAR(none.residual, 0.25, 1e-9);
+}
+
+// Thread-team starts counted as the engine makes them, decode attention in cache bytes read.
+TEST(Forecast, StepWorkCountsTeamStartsAndCacheBytes) {
+  const auto a = *find_catalog_model("tinyllama-1.1b");
+  EXPECT_DOUBLE_EQ(decode_work(a, 1, 100).calls, parallel_operations(a.layers, 0, 1, 0, true));
+  EXPECT_DOUBLE_EQ(decode_work(a, 4, 100).calls, parallel_operations(a.layers, 0, 4, 0, true));
+  EXPECT_DOUBLE_EQ(decode_work(a, 3, 100).token_layer_dims, 3.0 * a.layers * a.dim);
+  // Twice the context, twice the cache bytes read; an F32 cache twice an F16 one's.
+  EXPECT_DOUBLE_EQ(decode_work(a, 2, 200).decode_kv_bytes, 2 * decode_work(a, 2, 100).decode_kv_bytes);
+  EXPECT_DOUBLE_EQ(decode_work(a, 2, 100, 4).decode_kv_bytes, 2 * decode_work(a, 2, 100).decode_kv_bytes);
+  EXPECT_DOUBLE_EQ(decode_work(a, 1, 100).decode_kv_bytes, 100.0 * static_cast<double>(kv_bytes_per_token(a, 2)));
+  // Prefill reads no evicted cache; a prompt of 600 runs as chunks of 512 and 88, logits from the last.
+  EXPECT_EQ(prefill_work(a, 600).decode_kv_bytes, 0);
+  EXPECT_DOUBLE_EQ(prefill_work(a, 600).calls,
+                   parallel_operations(a.layers, 0, 512, 0, false) + parallel_operations(a.layers, 0, 88, 0, true));
 }
 
 TEST(Forecast, DecodeIsBytesOverMeasuredBandwidthPlusOverheads) {
