@@ -366,8 +366,9 @@ Calibration calibration_from_json(const nlohmann::json& j) {
 const CalibrationPlan& calibration_plan() {
   // A model no `validate` size matches, in formats and at concurrencies `validate` does not
   // use, with prompts of other lengths: the overheads are fitted apart from what is judged.
-  // Three concurrencies and prompt lengths, so the four overheads (per call, per token, per
-  // prefill and per decode attention operation) are not fitted to as many configurations.
+  // Three concurrencies and prompt lengths, so the four overheads (per team start, per token,
+  // per prefill attention operation, per KV byte a decode step reads) are not fitted to as
+  // many configurations.
   static const CalibrationPlan kPlan{"calibration-0.94b", {"F16", "Q6_K"}, {3, 6, 8}, {64, 128, 256}, 24};
   return kPlan;
 }
