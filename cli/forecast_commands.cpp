@@ -56,6 +56,8 @@ Calibration run_calibration(const CalibrateArgs& a, nlohmann::json& profile) {
     const auto bytes = parse_size(a.footprint);
     if (!bytes || *bytes == 0) throw UsageError(fmt::format("--footprint '{}' is not a size such as 512MiB", a.footprint));
     o.footprint_bytes = *bytes;
+  } else {
+    o.footprint_bytes = footprint_from_profile(profile);
   }
   o.engine = !a.kernels_only;
   o.work_dir = a.work_dir.empty() ? std::filesystem::temp_directory_path().string() : a.work_dir;
@@ -407,7 +409,8 @@ void add_calibrate_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--min-time", a->min_time, "Seconds of timed passes per kernel point")->capture_default_str();
   cmd->add_option("--work-dir", a->work_dir, "Where the calibration model is written (default: the temp directory)");
   cmd->add_option("--footprint", a->footprint,
-                  "Weight bytes cycled per kernel point (default: 4x LLC, at least 256MiB; validate reuses it)");
+                  "Weight bytes cycled per kernel point (default: twice where the profile's load latency reached DRAM, at most 4x LLC, "
+                  "at least 256MiB; validate reuses it)");
   cmd->add_flag("--kernels-only", a->kernels_only, "Skip the engine runs (described-machine forecasts only)");
   cmd->callback([a, &exit_status] {
     nlohmann::json profile = read_json_file(a->profile, fmt::format("run `infercast probe --out {}` first", a->profile));

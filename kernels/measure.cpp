@@ -20,6 +20,8 @@
 namespace infercast {
 namespace {
 
+constexpr std::size_t kMinFootprint = std::size_t{256} << 20;
+
 std::optional<double> number_at(const nlohmann::json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_number()) return std::nullopt;
   return j[key].get<double>();
@@ -83,14 +85,29 @@ WeightSet make_weights(GgmlType type, Shape shape, std::size_t footprint, Weight
   return set;
 }
 
+}  // namespace
+
 std::size_t default_footprint() {
   const Topology& topo = host_topology();
   const CacheLevel* llc = topo.last_level_cache();
   const std::size_t llc_bytes = llc != nullptr ? llc->size_bytes * std::max(1U, llc->instances) : 0;
-  return std::max<std::size_t>(4 * llc_bytes, std::size_t{256} << 20);
+  return std::max<std::size_t>(4 * llc_bytes, kMinFootprint);
 }
 
-}  // namespace
+std::size_t footprint_from_profile(const nlohmann::json& profile) {
+  const std::size_t fallback = default_footprint();
+  if (!profile.is_object() || !profile.contains("latency") || !profile["latency"].is_object()) return fallback;
+  const auto& plateaus = profile["latency"].value("plateaus", nlohmann::json::array());
+  if (!plateaus.is_array()) return fallback;
+  for (const auto& p : plateaus) {
+    if (!p.is_object() || p.value("level", "") != "DRAM") continue;
+    const auto from = number_at(p, "from_bytes");
+    if (!from || !(*from > 0) || *from > 1e18) throw UsageError("the profile's DRAM latency plateau has no positive size (latency.plateaus[].from_bytes)");
+    const auto twice = static_cast<std::size_t>(2 * *from);
+    return std::clamp(twice, kMinFootprint, std::max(fallback, kMinFootprint));
+  }
+  return fallback;
+}
 
 Ceilings ceilings_from_profile(const nlohmann::json& profile) {
   if (!profile.is_object() || !profile.contains("summary") || !profile["summary"].is_object()) {

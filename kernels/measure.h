@@ -30,6 +30,16 @@ struct Ceilings {
 // Throws UsageError when the profile has no DRAM read bandwidth (not a probe profile).
 Ceilings ceilings_from_profile(const nlohmann::json& profile);
 
+// Weight bytes a sweep point cycles through when none is given: 4x the last-level cache CPUID
+// reports, at least 256 MiB.
+std::size_t default_footprint();
+// The same for a machine the probe has measured: twice the working set from which its load
+// latency sat on the DRAM plateau, at least 256 MiB and at most the default. A VM can report a
+// cache it does not have (one host here claimed 508 MiB of L3 per core while loads reached DRAM
+// latency from 256 MiB on, and the default swept 4 GiB per point). The default when the profile
+// has no DRAM plateau; throws UsageError when its plateau has no positive size.
+std::size_t footprint_from_profile(const nlohmann::json& profile);
+
 struct Shape {
   std::size_t rows = 0;  // output features
   std::size_t cols = 0;  // input features
@@ -43,7 +53,7 @@ struct KernelSweepOptions {
   std::vector<std::size_t> batches;
   std::vector<Shape> shapes;
   unsigned threads = 1;
-  std::size_t footprint_bytes = 0;  // weights cycled per point; 0 = 4x the last-level cache
+  std::size_t footprint_bytes = 0;  // weights cycled per point; 0 = default_footprint()
   double min_time = 0.3;            // seconds of timed passes per point
   int min_passes = 5;
   std::optional<WeightLayout> layout;  // default: each level's preferred layout

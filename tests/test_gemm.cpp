@@ -7,10 +7,13 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "kernel_test_data.h"
 #include "kernels/formats.h"
 #include "kernels/gemm.h"
 #include "kernels/interleave.h"
+#include "kernels/measure.h"
 #include "kernels/thread_pool.h"
 #include "probes/error.h"
 
@@ -303,6 +306,34 @@ TEST(ThreadPool, RunsEveryMemberAndReusesThreads) {
   std::vector<int> hits(pool.size(), 0);
   for (int i = 0; i < 100; ++i) pool.run([&](unsigned m) { ++hits[m]; });
   for (int h : hits) EXPECT_EQ(h, 100);
+}
+
+}  // namespace
+}  // namespace infercast
+
+namespace infercast {
+namespace {
+
+// The sweep cycles twice the working set from which the probe saw DRAM latency, never less
+// than 256 MiB nor more than the CPUID-based default; without a DRAM plateau, the default.
+TEST(KernelSweep, FootprintFollowsTheProfilesDramPlateau) {
+  const auto profile = [](double from_bytes) {
+    return nlohmann::json{{"latency",
+                           {{"plateaus", nlohmann::json::array({{{"level", "L2"}, {"from_bytes", 65536}},
+                                                                {{"level", "DRAM"}, {"from_bytes", from_bytes}}})}}}};
+  };
+  const std::size_t fallback = default_footprint();
+  const std::size_t mib = std::size_t{1} << 20;
+  EXPECT_GE(fallback, 256 * mib);
+  EXPECT_EQ(footprint_from_profile(profile(64.0 * static_cast<double>(mib))), 256 * mib);
+  EXPECT_EQ(footprint_from_profile(profile(1e15)), fallback);
+  if (fallback >= 512 * mib) {
+    EXPECT_EQ(footprint_from_profile(profile(256.0 * static_cast<double>(mib))), 512 * mib);
+  }
+  EXPECT_EQ(footprint_from_profile(nlohmann::json::object()), fallback);
+  EXPECT_EQ(footprint_from_profile(nlohmann::json{{"latency", {{"plateaus", nlohmann::json::array()}}}}), fallback);
+  EXPECT_THROW((void)footprint_from_profile(profile(-1)), UsageError);
+  EXPECT_THROW((void)footprint_from_profile(profile(0)), UsageError);
 }
 
 }  // namespace
