@@ -100,7 +100,7 @@ std::size_t footprint_from_profile(const nlohmann::json& profile) {
   const auto& plateaus = profile["latency"].value("plateaus", nlohmann::json::array());
   if (!plateaus.is_array()) return fallback;
   for (const auto& p : plateaus) {
-    if (!p.is_object() || p.value("level", "") != "DRAM") continue;
+    if (!p.is_object() || !p.contains("level") || !p["level"].is_string() || p["level"].get<std::string>() != "DRAM") continue;
     const auto from = number_at(p, "from_bytes");
     if (!from || !(*from > 0) || *from > 1e18) throw UsageError("the profile's DRAM latency plateau has no positive size (latency.plateaus[].from_bytes)");
     const auto twice = static_cast<std::size_t>(2 * *from);

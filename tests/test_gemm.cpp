@@ -332,6 +332,9 @@ TEST(KernelSweep, FootprintFollowsTheProfilesDramPlateau) {
   }
   EXPECT_EQ(footprint_from_profile(nlohmann::json::object()), fallback);
   EXPECT_EQ(footprint_from_profile(nlohmann::json{{"latency", {{"plateaus", nlohmann::json::array()}}}}), fallback);
+  // Malformed entries are no plateau, never an exception of the JSON library.
+  EXPECT_EQ(footprint_from_profile(nlohmann::json{{"latency", {{"plateaus", nlohmann::json::array({{{"level", 3}}, 7})}}}}), fallback);
+  EXPECT_EQ(footprint_from_profile(nlohmann::json{{"latency", {{"plateaus", "none"}}}}), fallback);
   EXPECT_THROW((void)footprint_from_profile(profile(-1)), UsageError);
   EXPECT_THROW((void)footprint_from_profile(profile(0)), UsageError);
 }
