@@ -81,15 +81,11 @@ void run_attention(benchmark::State& state, IsaLevel level, std::size_t len) {
     values[i] = fp32_to_fp16(0.02F * static_cast<float>(i % 89) - 0.9F);
   }
   std::vector<float> q(kHeads * kDim, 0.03F), scores(kHeads * len), out(kHeads * kDim);
+  const auto block = [](const std::vector<std::uint16_t>& cache) {
+    return [&cache](std::size_t b) { return &cache[b * kKeyBlock * kDim]; };
+  };
   for (auto _ : state) {
-    for (std::size_t j0 = 0; j0 < len; j0 += kKeyBlock) {
-      ops.dot_keys_f16(&keys[j0 * kDim], std::min(kKeyBlock, len - j0), q.data(), kHeads, kDim, 0.125F, &scores[j0], len);
-    }
-    for (std::size_t h = 0; h < kHeads; ++h) ops.softmax(&scores[h * len], len);
-    std::fill(out.begin(), out.end(), 0.0F);
-    for (std::size_t j0 = 0; j0 < len; j0 += kKeyBlock) {
-      ops.axpy_rows_f16(&scores[j0], len, &values[j0 * kDim], kDim, std::min(kKeyBlock, len - j0), kHeads, kDim, out.data());
-    }
+    attend<std::uint16_t>(ops, q.data(), kHeads, kDim, len, 0.125F, block(keys), block(values), scores.data(), out.data());
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }

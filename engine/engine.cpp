@@ -306,27 +306,17 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
       const Sequence& s = sequences_[static_cast<std::size_t>(tokens[t].sequence)];
       const auto len = static_cast<std::size_t>(positions[t] + 1);
       const float* q = &q_[t * qd + static_cast<std::size_t>(g) * group * hd];
-      for (std::size_t j0 = 0; j0 < len; j0 += kKvBlockTokens) {
-        const std::size_t count = std::min<std::size_t>(kKvBlockTokens, len - j0);
-        const std::uint8_t* k = kv_rows(s.blocks[j0 / kKvBlockTokens], layer, false, g);
-        // All query heads of the group in one call: each key is loaded once for all of them.
-        if (f32) {
-          vec_.dot_keys_f32(reinterpret_cast<const float*>(k), count, q, group, hd, scale, scores + j0, len);
-        } else {
-          vec_.dot_keys_f16(reinterpret_cast<const std::uint16_t*>(k), count, q, group, hd, scale, scores + j0, len);
-        }
-      }
-      for (std::size_t h = 0; h < group; ++h) vec_.softmax(scores + h * len, len);
       float* out = &att_[t * qd + static_cast<std::size_t>(g) * group * hd];
-      std::fill(out, out + group * hd, 0.0F);
-      for (std::size_t j0 = 0; j0 < len; j0 += kKvBlockTokens) {
-        const std::size_t count = std::min<std::size_t>(kKvBlockTokens, len - j0);
-        const std::uint8_t* v = kv_rows(s.blocks[j0 / kKvBlockTokens], layer, true, g);
-        if (f32) {
-          vec_.axpy_rows_f32(scores + j0, len, reinterpret_cast<const float*>(v), hd, count, group, hd, out);
-        } else {
-          vec_.axpy_rows_f16(scores + j0, len, reinterpret_cast<const std::uint16_t*>(v), hd, count, group, hd, out);
-        }
+      const auto run = [&]<class T>(T*) {
+        attend<T>(
+            vec_, q, group, hd, len, scale,
+            [&](std::size_t b) { return reinterpret_cast<const T*>(kv_rows(s.blocks[b], layer, false, g)); },
+            [&](std::size_t b) { return reinterpret_cast<const T*>(kv_rows(s.blocks[b], layer, true, g)); }, scores, out);
+      };
+      if (f32) {
+        run(static_cast<float*>(nullptr));
+      } else {
+        run(static_cast<std::uint16_t*>(nullptr));
       }
     }
   });

@@ -104,7 +104,7 @@ std::size_t footprint_from_profile(const nlohmann::json& profile) {
     const auto from = number_at(p, "from_bytes");
     if (!from || !(*from > 0) || *from > 1e18) throw UsageError("the profile's DRAM latency plateau has no positive size (latency.plateaus[].from_bytes)");
     const auto twice = static_cast<std::size_t>(2 * *from);
-    return std::clamp(twice, kMinFootprint, std::max(fallback, kMinFootprint));
+    return std::clamp(twice, kMinFootprint, fallback);  // the default is never below the floor
   }
   return fallback;
 }

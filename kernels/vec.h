@@ -3,8 +3,10 @@
 // with cached keys and accumulation of cached values (keys and values in F32 or F16), softmax,
 // SwiGLU. One implementation per ISA level, like the GEMM kernels; vec_ops(level) gives the
 // best one at or below `level`.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "probes/cpu_features.h"
 
@@ -82,6 +84,39 @@ void softmax_reference(float* x, std::size_t n);
 void swiglu_reference(float* gate, const float* up, std::size_t n);
 
 const VecOps& vec_ops(IsaLevel level);
+
+// One attention task: the `heads` query heads of q (head size n) that share one KV head, over
+// its `len` cached positions in blocks of kKeyBlock (keys in the column layout, values in rows,
+// of element type T: float or F16 bits). `key_block(b)` and `value_block(b)` give block b's
+// data, so the engine's block tables and a benchmark's flat arrays both serve. Scores go to
+// `scores` (heads x len), the weighted sums of the values to `out` (heads x n).
+template <class T, class KeyBlock, class ValueBlock>
+void attend(const VecOps& ops, const float* q, std::size_t heads, std::size_t n, std::size_t len, float scale,
+            KeyBlock&& key_block, ValueBlock&& value_block, float* scores, float* out) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, std::uint16_t>, "an F32 or F16 cache");
+  constexpr bool kF32 = std::is_same_v<T, float>;
+  for (std::size_t j0 = 0; j0 < len; j0 += kKeyBlock) {
+    const std::size_t count = std::min(kKeyBlock, len - j0);
+    // All query heads of the group in one call: each key is loaded once for all of them.
+    const T* keys = key_block(j0 / kKeyBlock);
+    if constexpr (kF32) {
+      ops.dot_keys_f32(keys, count, q, heads, n, scale, scores + j0, len);
+    } else {
+      ops.dot_keys_f16(keys, count, q, heads, n, scale, scores + j0, len);
+    }
+  }
+  for (std::size_t h = 0; h < heads; ++h) ops.softmax(scores + h * len, len);
+  std::fill(out, out + heads * n, 0.0F);
+  for (std::size_t j0 = 0; j0 < len; j0 += kKeyBlock) {
+    const std::size_t count = std::min(kKeyBlock, len - j0);
+    const T* values = value_block(j0 / kKeyBlock);
+    if constexpr (kF32) {
+      ops.axpy_rows_f32(scores + j0, len, values, n, count, heads, n, out);
+    } else {
+      ops.axpy_rows_f16(scores + j0, len, values, n, count, heads, n, out);
+    }
+  }
+}
 
 // Per-ISA tables (internal; each in its own translation unit).
 const VecOps& scalar_vec_ops();
