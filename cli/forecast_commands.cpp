@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -359,6 +360,8 @@ void validate(const ValidateArgs& a) {
     nlohmann::json rows = nlohmann::json::array();
     for (const auto& v : r.rows) {
       rows.push_back({{"model", v.model}, {"quant", v.quant}, {"concurrency", v.concurrency}, {"runs", v.runs},
+                      {"decode_pass", v.decode_pass}, {"prefill_pass", v.prefill_pass},
+                      {"decode_pass_errors", v.decode_pass_errors}, {"prefill_pass_errors", v.prefill_pass_errors},
                       {"predicted_decode_tps", v.predicted_decode_tps}, {"measured_decode_tps", v.measured_decode_tps},
                       {"decode_error", v.decode_error()}, {"decode_band", {v.decode_low, v.decode_high}}, {"decode_in_band", v.decode_in_band()},
                       {"predicted_prefill_tps", v.predicted_prefill_tps}, {"measured_prefill_tps", v.measured_prefill_tps},
@@ -376,16 +379,22 @@ void validate(const ValidateArgs& a) {
     return;
   }
   print_calibration(*c);
-  fmt::print("\nheld out (never fitted on): models {}, formats {}, concurrencies {}, prompt {} gen {}; each row the median of {} passes over all of them{}\n\n",
+  fmt::print("\nheld out (never fitted on): models {}, formats {}, concurrencies {}, prompt {} gen {}; each row its pass of median error among {} passes over all of them{}\n\n",
              fmt::join([&] { std::vector<std::string> n; for (const auto& m : o.models) n.push_back(m.name); return n; }(), ", "),
              fmt::join(o.quants, ", "), fmt::join(o.concurrencies, ", "), o.prompt, o.gen, o.repeats,
              o.refresh_kernels ? ", in each pass a format's kernel curves measured again just before its models run" : "");
-  fmt::print("  {:<15} {:<7} {:>2} {:>10} {:>10} {:>7} {:>6} {:>11} {:>11} {:>7} {:>6}\n", "model", "format", "C", "decode fc", "measured",
-             "error", "band", "prefill fc", "measured", "error", "band");
+  // The passes' errors as a range in whole percent: how much the median pass stands for.
+  const auto range = [](const std::vector<double>& errors) {
+    const auto [lo, hi] = std::minmax_element(errors.begin(), errors.end());
+    return lo == errors.end() ? std::string("-") : fmt::format("{:+.0f}..{:+.0f}", 100 * *lo, 100 * *hi);
+  };
+  fmt::print("  {:<15} {:<7} {:>2} {:>10} {:>10} {:>7} {:>9} {:>5} {:>11} {:>11} {:>7} {:>9} {:>5}\n", "model", "format", "C", "decode fc",
+             "measured", "error", "passes", "band", "prefill fc", "measured", "error", "passes", "band");
   for (const auto& v : r.rows) {
-    fmt::print("  {:<15} {:<7} {:>2} {:>10.2f} {:>10.2f} {:>+6.1f}% {:>6} {:>11.1f} {:>11.1f} {:>+6.1f}% {:>6}\n", v.model, v.quant,
-               v.concurrency, v.predicted_decode_tps, v.measured_decode_tps, 100 * v.decode_error(), v.decode_in_band() ? "in" : "OUT",
-               v.predicted_prefill_tps, v.measured_prefill_tps, 100 * v.prefill_error(), v.prefill_in_band() ? "in" : "OUT");
+    fmt::print("  {:<15} {:<7} {:>2} {:>10.2f} {:>10.2f} {:>+6.1f}% {:>9} {:>5} {:>11.1f} {:>11.1f} {:>+6.1f}% {:>9} {:>5}\n", v.model,
+               v.quant, v.concurrency, v.predicted_decode_tps, v.measured_decode_tps, 100 * v.decode_error(), range(v.decode_pass_errors),
+               v.decode_in_band() ? "in" : "OUT", v.predicted_prefill_tps, v.measured_prefill_tps, 100 * v.prefill_error(),
+               range(v.prefill_pass_errors), v.prefill_in_band() ? "in" : "OUT");
   }
   fmt::print("\none decode step, forecast / measured (ms): the weight products and the rest\n");
   fmt::print("  {:<15} {:<7} {:>2} {:>17} {:>7} {:>17} {:>7}\n", "model", "format", "C", "products", "error", "rest", "error");
@@ -480,7 +489,7 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--concurrency", a->concurrencies, "Concurrencies (default 1,2,4)")->delimiter(',');
   cmd->add_option("--prompt", a->prompt, "Prompt tokens per sequence")->capture_default_str();
   cmd->add_option("--gen", a->gen, "Generated tokens per sequence")->capture_default_str();
-  cmd->add_option("--repeats", a->repeats, "Passes over every model, format and concurrency; each row reports its median")->capture_default_str();
+  cmd->add_option("--repeats", a->repeats, "Passes over every model, format and concurrency; each row reports its pass of median error")->capture_default_str();
   cmd->add_flag("--no-refresh", a->no_refresh, "Do not measure a format's kernel curves again before its models run in each pass");
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a, &exit_status] {

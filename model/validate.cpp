@@ -15,7 +15,6 @@
 #include "engine/run.h"
 #include "model/forecast.h"
 #include "probes/error.h"
-#include "probes/stats.h"
 #include "probes/topology.h"
 #include "probes/units.h"
 
@@ -58,6 +57,15 @@ std::vector<std::size_t> pass_order(std::size_t count, int pass) {
   std::vector<std::size_t> order(count);
   for (std::size_t i = 0; i < count; ++i) order[i] = (i + static_cast<std::size_t>(std::max(pass, 0))) % std::max<std::size_t>(count, 1);
   return order;
+}
+
+std::size_t median_pass(const std::vector<double>& predicted, const std::vector<double>& measured) {
+  if (predicted.empty() || predicted.size() != measured.size()) throw UsageError("median_pass needs one forecast per measurement");
+  std::vector<std::size_t> order(predicted.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const auto ratio = [&](std::size_t i) { return predicted[i] / measured[i]; };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ratio(a) < ratio(b); });
+  return order[(order.size() - 1) / 2];
 }
 
 namespace {
@@ -206,18 +214,26 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
     row.quant = pm.quant;
     row.concurrency = o.concurrencies[i % o.concurrencies.size()];
     row.runs = static_cast<int>(s.measured_decode.size());
-    row.predicted_decode_tps = median_of(s.decode);
-    row.measured_decode_tps = median_of(s.measured_decode);
-    row.decode_low = median_of(s.decode_low);
-    row.decode_high = median_of(s.decode_high);
-    row.predicted_prefill_tps = median_of(s.prefill);
-    row.measured_prefill_tps = median_of(s.measured_prefill);
-    row.prefill_low = median_of(s.prefill_low);
-    row.prefill_high = median_of(s.prefill_high);
-    row.predicted_step_matrix_seconds = median_of(s.matrix);
-    row.measured_step_matrix_seconds = median_of(s.measured_matrix);
-    row.predicted_step_other_seconds = median_of(s.other);
-    row.measured_step_other_seconds = median_of(s.measured_other);
+    const std::size_t d = median_pass(s.decode, s.measured_decode);
+    const std::size_t p = median_pass(s.prefill, s.measured_prefill);
+    for (std::size_t k = 0; k < s.decode.size(); ++k) {
+      row.decode_pass_errors.push_back(s.decode[k] / s.measured_decode[k] - 1);
+      row.prefill_pass_errors.push_back(s.prefill[k] / s.measured_prefill[k] - 1);
+    }
+    row.decode_pass = static_cast<int>(d);
+    row.prefill_pass = static_cast<int>(p);
+    row.predicted_decode_tps = s.decode[d];
+    row.measured_decode_tps = s.measured_decode[d];
+    row.decode_low = s.decode_low[d];
+    row.decode_high = s.decode_high[d];
+    row.predicted_prefill_tps = s.prefill[p];
+    row.measured_prefill_tps = s.measured_prefill[p];
+    row.prefill_low = s.prefill_low[p];
+    row.prefill_high = s.prefill_high[p];
+    row.predicted_step_matrix_seconds = s.matrix[d];
+    row.measured_step_matrix_seconds = s.measured_matrix[d];
+    row.predicted_step_other_seconds = s.other[d];
+    row.measured_step_other_seconds = s.measured_other[d];
     report.worst_decode_error = std::max(report.worst_decode_error, std::abs(row.decode_error()));
     report.worst_prefill_error = std::max(report.worst_prefill_error, std::abs(row.prefill_error()));
     report.rows.push_back(row);

@@ -31,7 +31,7 @@ struct ValidateOptions {
   int prompt = 128;
   int gen = 32;
   // Passes over the whole plan (every model, format and concurrency once per pass); each row
-  // reports the median of its passes: the machine is shared and noisy.
+  // reports its pass of median error (see median_pass): the machine is shared and noisy.
   int repeats = 3;
   // In every pass, measure the kernel curves of a format's matrices again just before its
   // models run (the engine overheads stay as fitted): a shared machine drifts between
@@ -45,7 +45,12 @@ struct ValidationRow {
   std::string model;
   std::string quant;
   int concurrency = 0;
-  int runs = 0;                     // passes the medians below are taken over
+  int runs = 0;                     // passes the row's median pass is chosen from
+  int decode_pass = 0;              // the pass its decode figures come from (0-based)
+  int prefill_pass = 0;             // the pass its prefill figures come from
+  // Every pass's paired error, forecast / measured - 1, in pass order: how far passes disagree.
+  std::vector<double> decode_pass_errors;
+  std::vector<double> prefill_pass_errors;
   double predicted_decode_tps = 0;  // aggregate
   double measured_decode_tps = 0;
   double decode_low = 0;
@@ -54,8 +59,8 @@ struct ValidationRow {
   double measured_prefill_tps = 0;
   double prefill_low = 0;
   double prefill_high = 0;
-  // One decode step split as `infercast run` splits it, forecast and measured (medians): which
-  // part of a forecast missed, the weight products or the rest.
+  // One decode step split as `infercast run` splits it, forecast and measured (in the decode
+  // pass): which part of a forecast missed, the weight products or the rest.
   double predicted_step_matrix_seconds = 0;
   double measured_step_matrix_seconds = 0;
   double predicted_step_other_seconds = 0;
@@ -79,6 +84,12 @@ void check_held_out(const ValidateOptions& options, const Calibration& calibrati
 // The order pass `pass` runs `count` models of one format in: rotated by one per pass, so no
 // model always runs first (just after its curves are measured) or last.
 std::vector<std::size_t> pass_order(std::size_t count, int pass);
+
+// The pass whose forecast / measured ratio is the median of all passes' (the lower middle one
+// of an even count). A forecast made from curves measured just before a run is judged against
+// that run: the medians of each column taken apart would set one pass's forecast beside another
+// pass's measurement, and on a drifting host the two need not have seen the same machine.
+std::size_t median_pass(const std::vector<double>& predicted, const std::vector<double>& measured);
 
 using ValidateProgress = std::function<void(const std::string& what, double fraction)>;
 ValidationReport validate_forecast(const ValidateOptions& options, const Calibration& calibration,

@@ -436,6 +436,12 @@ TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
                 1e-9 * row.predicted_decode_tps);
     EXPECT_GT(row.measured_step_matrix_seconds, 0);
     EXPECT_GT(row.measured_step_other_seconds, 0);
+    // The row is one of its passes, paired: its error is that pass's own.
+    ASSERT_EQ(row.decode_pass_errors.size(), 2U);
+    ASSERT_EQ(row.prefill_pass_errors.size(), 2U);
+    ASSERT_TRUE(row.decode_pass == 0 || row.decode_pass == 1);
+    EXPECT_NEAR(row.decode_error(), row.decode_pass_errors[static_cast<std::size_t>(row.decode_pass)], 1e-12);
+    EXPECT_NEAR(row.prefill_error(), row.prefill_pass_errors[static_cast<std::size_t>(row.prefill_pass)], 1e-12);
     worst = std::max(worst, std::abs(row.decode_error()));
   }
   EXPECT_DOUBLE_EQ(r.worst_decode_error, worst);
@@ -459,6 +465,23 @@ TEST(Validate, AFailedRunLeavesNoGeneratedModelBehind) {
   EXPECT_THROW(validate_forecast(o, c), UsageError);
   EXPECT_FALSE(std::filesystem::exists(o.work_dir + "/tiny-Q8_0-s11.gguf"));
   std::filesystem::remove_all(o.work_dir);
+}
+
+// A host that slows in one pass slows its curves and its runs alike; the paired pass keeps the
+// forecast beside the run it was made for.
+TEST(Validate, ARowIsItsPassOfMedianPairedError) {
+  // Pass 1 ran on a slow host: forecast and measurement both low, and close.
+  const std::vector<double> predicted{100, 70, 130};
+  const std::vector<double> measured{72, 98, 128};
+  // Ratios 1.39, 0.71, 1.02: the median is pass 2's (the columns' medians, 100 and 98, are
+  // from different passes).
+  EXPECT_EQ(median_pass(predicted, measured), 2U);
+  EXPECT_EQ(median_pass({1.0}, {2.0}), 0U);
+  // An even count takes the lower middle ratio; ties keep pass order.
+  EXPECT_EQ(median_pass({1.0, 3.0, 2.0, 4.0}, {1.0, 1.0, 1.0, 1.0}), 2U);
+  EXPECT_EQ(median_pass({1.0, 1.0, 1.0}, {1.0, 1.0, 1.0}), 1U);
+  EXPECT_THROW(median_pass({}, {}), UsageError);
+  EXPECT_THROW(median_pass({1.0, 2.0}, {1.0}), UsageError);
 }
 
 TEST(Validate, EachPassStartsWithAnotherModel) {
