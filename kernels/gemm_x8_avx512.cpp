@@ -5,13 +5,12 @@
 // paid once per weight vector and shared by every activation row of a batch, which is where
 // the 256-bit kernels spend most of their instructions (widening vpmaddubsw sums); vpdpbusd
 // multiplies and accumulates 64 quant pairs in one instruction instead.
-//
-// Q5_K has no kernel here: the AVX2 interleaved kernel serves it at this level.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/formats.h"
 #include "kernels/gemm_kernels.h"
@@ -201,12 +200,30 @@ struct Q8_0x8 : Q8ActivationKernel {
   }
 };
 
-// --- Q4_K -------------------------------------------------------------------------------------
+// --- Q4_K and Q5_K ---------------------------------------------------------------------------
 
 #include "kernels/k4x8_scales.inc"
 
-struct Q4_Kx8 {
-  using X8 = BlockQ4_Kx8;
+// Q5_K is Q4_K with a fifth bit per quant (its qh, laid out by step as the nibbles are), so one
+// kernel serves both; without the bit, the Q4_K one.
+//
+// The fifth bit of the quants of sub-block k, bit k of a qh byte, moved to bit 4: within each
+// byte, since bit 4 is reached from bit k by a shift of |4 - k| that stays inside the byte, and a
+// 16-bit shift then a byte mask is exact.
+// (`k` is a constant once the sub-block loop is unrolled.)
+INFERCAST_INLINE __m512i shift_bit_to_4(__m512i qh, int k) {
+  return k <= 4 ? _mm512_slli_epi16(qh, static_cast<unsigned>(4 - k)) : _mm512_srli_epi16(qh, static_cast<unsigned>(k - 4));
+}
+
+// q | (fifth & 0x10) in one instruction.
+INFERCAST_INLINE __m512i with_fifth_bit(__m512i q, __m512i fifth) {
+  return _mm512_ternarylogic_epi32(q, fifth, _mm512_set1_epi8(0x10), 0xF8);
+}
+
+template <class Block>
+struct Kx8 {
+  static constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_Kx8>;
+  using X8 = Block;
   using Act = BlockQ8_K;
   static constexpr std::size_t kElems = kQkK;
   // Two sub-blocks' eight weight vectors and an integer sum per activation row stay in registers.
@@ -223,6 +240,13 @@ struct Q4_Kx8 {
     decode_k4x8_scales(w.scales, sc, mn);
     __m512i isum[Na];
     for (auto& v : isum) v = _mm512_setzero_si512();
+    // Steps 2p, 2p+1 of the fifth bits, paired as the nibbles are (the same [step][row][byte]
+    // order): bit k of a byte belongs to sub-block k.
+    [[maybe_unused]] __m512i qh[4];
+    if constexpr (kFifthBit) {
+      INFERCAST_UNROLL
+      for (int p = 0; p < 4; ++p) qh[p] = load_pair(w.qh[2 * p]);
+    }
     INFERCAST_UNROLL
     for (int j = 0; j < 4; ++j) {
       prefetch_part<sizeof(X8), 4>(&w, j);
@@ -233,6 +257,10 @@ struct Q4_Kx8 {
         const __m512i v = load_pair(w.qs[j][2 * p]);
         lo[p] = _mm512_and_si512(v, m4);                         // sub-block 2j
         hi[p] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);   // sub-block 2j+1
+        if constexpr (kFifthBit) {
+          lo[p] = with_fifth_bit(lo[p], shift_bit_to_4(qh[p], 2 * j));
+          hi[p] = with_fifth_bit(hi[p], shift_bit_to_4(qh[p], 2 * j + 1));
+        }
       }
       const __m512i sc_lo = row_bytes8<false>(sc + 16 * j);
       const __m512i sc_hi = row_bytes8<false>(sc + 16 * j + 8);
@@ -277,9 +305,11 @@ struct Q4_Kx8 {
   }
 
   static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
-    return format_info(GgmlType::q4_k).dot(c.w + r * c.row_bytes, act, c.cols);
+    return format_info(kFifthBit ? GgmlType::q5_k : GgmlType::q4_k).dot(c.w + r * c.row_bytes, act, c.cols);
   }
 };
+using Q4_Kx8 = Kx8<BlockQ4_Kx8>;
+using Q5_Kx8 = Kx8<BlockQ5_Kx8>;
 
 // --- Q6_K -------------------------------------------------------------------------------------
 
@@ -371,6 +401,7 @@ const std::array kKernels = {
     x8_kernel<Q4_0x8>(GgmlType::q4_0, packed_q8_0, pack_q8_0<Q4_0x8::kOffset>),
     x8_kernel<Q8_0x8>(GgmlType::q8_0, packed_q8_0, pack_q8_0<Q8_0x8::kOffset>),
     x8_kernel<Q4_Kx8>(GgmlType::q4_k, packed_q8_k, pack_q8_k),
+    x8_kernel<Q5_Kx8>(GgmlType::q5_k, packed_q8_k, pack_q8_k),
     x8_kernel<Q6_Kx8>(GgmlType::q6_k, packed_q8_k, pack_q8_k),
 };
 

@@ -162,12 +162,13 @@ TEST(Interleave, EachLayoutGoesToItsOwnKernels) {
     EXPECT_EQ(GemmContext(1, IsaLevel::avx2).kernel_name(GgmlType::q4_0, 1, 4096), row_kernel);
   }
   if (max_supported_level(host_cpu()) >= IsaLevel::avx512) {
-    // VNNI has its own interleaved kernels for four formats; Q5_K and CPUs without VNNI keep AVX2's.
-    const std::string q4_0 = host_cpu().avx512_vnni ? "avx512_x8" : "avx2_x8";
-    for (std::size_t batch : {1U, 4U, 64U, 512U}) {
-      EXPECT_EQ(GemmContext(1, IsaLevel::avx512).kernel_name(GgmlType::q4_0, batch, 4096, WeightLayout::interleaved8), q4_0);
+    // VNNI has its own interleaved kernels for every interleaved format; CPUs without VNNI keep AVX2's.
+    const std::string x8 = host_cpu().avx512_vnni ? "avx512_x8" : "avx2_x8";
+    for (GgmlType t : interleaved_formats()) {
+      for (std::size_t batch : {1U, 4U, 64U, 512U}) {
+        EXPECT_EQ(GemmContext(1, IsaLevel::avx512).kernel_name(t, batch, 4096, WeightLayout::interleaved8), x8) << format_info(t).name;
+      }
     }
-    EXPECT_EQ(GemmContext(1, IsaLevel::avx512).kernel_name(GgmlType::q5_k, 1, 4096, WeightLayout::interleaved8), "avx2_x8");
     CpuFeatures older = host_cpu();
     older.avx512_vnni = false;
     EXPECT_EQ(GemmContext(1, IsaLevel::avx512, older).kernel_name(GgmlType::q6_k, 8, 4096, WeightLayout::interleaved8),
