@@ -209,8 +209,7 @@ struct Q8_0x8 : Q8ActivationKernel {
 //
 // The fifth bit of the quants of sub-block k, bit k of a qh byte, moved to bit 4: within each
 // byte, since bit 4 is reached from bit k by a shift of |4 - k| that stays inside the byte, and a
-// 16-bit shift then a byte mask is exact.
-// (`k` is a constant once the sub-block loop is unrolled.)
+// 16-bit shift then a byte mask is exact. `k` is a constant once the sub-block loop is unrolled.
 INFERCAST_INLINE __m512i shift_bit_to_4(__m512i qh, int k) {
   return k <= 4 ? _mm512_slli_epi16(qh, static_cast<unsigned>(4 - k)) : _mm512_srli_epi16(qh, static_cast<unsigned>(k - 4));
 }

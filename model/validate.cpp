@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <system_error>
+#include <tuple>
 #include <vector>
 
 #include "engine/gguf.h"
@@ -103,6 +104,14 @@ struct RowSamples {
   std::vector<double> decode, decode_low, decode_high;
   std::vector<double> prefill, prefill_low, prefill_high;
   std::vector<double> matrix, measured_matrix, other, measured_other;
+
+  // One phase's figures from one pass: predicted, measured and the band.
+  static std::tuple<double, double, double, double> phase(const std::vector<double>& predicted,
+                                                          const std::vector<double>& measured,
+                                                          const std::vector<double>& low,
+                                                          const std::vector<double>& high, std::size_t pass) {
+    return {predicted[pass], measured[pass], low[pass], high[pass]};
+  }
 };
 
 std::vector<GgmlType> formats_of(const std::vector<const PlannedModel*>& models) {
@@ -222,14 +231,10 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
     }
     row.decode_pass = static_cast<int>(d);
     row.prefill_pass = static_cast<int>(p);
-    row.predicted_decode_tps = s.decode[d];
-    row.measured_decode_tps = s.measured_decode[d];
-    row.decode_low = s.decode_low[d];
-    row.decode_high = s.decode_high[d];
-    row.predicted_prefill_tps = s.prefill[p];
-    row.measured_prefill_tps = s.measured_prefill[p];
-    row.prefill_low = s.prefill_low[p];
-    row.prefill_high = s.prefill_high[p];
+    std::tie(row.predicted_decode_tps, row.measured_decode_tps, row.decode_low, row.decode_high) =
+        s.phase(s.decode, s.measured_decode, s.decode_low, s.decode_high, d);
+    std::tie(row.predicted_prefill_tps, row.measured_prefill_tps, row.prefill_low, row.prefill_high) =
+        s.phase(s.prefill, s.measured_prefill, s.prefill_low, s.prefill_high, p);
     row.predicted_step_matrix_seconds = s.matrix[d];
     row.measured_step_matrix_seconds = s.measured_matrix[d];
     row.predicted_step_other_seconds = s.other[d];
