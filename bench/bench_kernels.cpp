@@ -1,5 +1,6 @@
 // Google Benchmark targets for the kernels: every weight format x ISA level x batch at a
-// 4096x4096 projection, all cores. Bytes/s is weight bytes streamed; `gops` counts 2 ops per
+// 4096x4096 projection, all cores (`gemm/...`), and each format's GEMV on one core with the
+// weights hot in cache (`gemv_hot/...`). Bytes/s is weight bytes streamed; `gops` counts 2 ops per
 // multiply-add. For DRAM-resident figures against the roofline use `infercast kernels`, which
 // cycles through weights far larger than the last-level cache. Also one attention task per ISA
 // level (the vector primitives of kernels/vec.h on one thread, cache-resident): what a decode
@@ -9,7 +10,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/formats.h"
@@ -23,49 +28,55 @@ namespace {
 
 constexpr std::size_t kRows = 4096;
 constexpr std::size_t kCols = 4096;
+// The hot GEMV: a matrix small enough to stay in one core's L2 (or just past it for the 8- and
+// 16-bit formats), so the figure is the kernel's own decode rate, with no DRAM in it. A format
+// whose hot rate is not well above the DRAM read cannot stream at that read.
+constexpr std::size_t kHotRows = 512;
+constexpr std::size_t kHotCols = 2048;
 
-// The matrix of one format in one layout, built once.
+// The matrix of one format, layout and shape, built once.
 struct Matrix {
   std::vector<std::uint8_t> bytes;
   WeightView view;
 };
 
-const Matrix& weights(GgmlType type, WeightLayout layout) {
-  static std::vector<Matrix> cache(128);
-  Matrix& m = cache[static_cast<std::size_t>(type) * 2 + static_cast<std::size_t>(layout)];
+const Matrix& weights(GgmlType type, WeightLayout layout, std::size_t rows, std::size_t cols) {
+  static std::map<std::tuple<GgmlType, WeightLayout, std::size_t, std::size_t>, Matrix> cache;
+  Matrix& m = cache[{type, layout, rows, cols}];
   if (m.bytes.empty()) {
     const auto& f = format_info(type);
-    std::vector<float> row(kCols);
-    for (std::size_t k = 0; k < kCols; ++k) row[k] = 0.02F * static_cast<float>((k * 2654435761U) % 2001) / 1000.0F - 0.02F;
-    m.bytes.resize(f.row_bytes(kCols) * kRows);
-    for (std::size_t r = 0; r < kRows; ++r) f.quantize(row.data(), m.bytes.data() + r * f.row_bytes(kCols), kCols);
-    m.view = relayout(make_weight_view(type, m.bytes.data(), kRows, kCols), m.bytes.data(), layout);
+    std::vector<float> row(cols);
+    for (std::size_t k = 0; k < cols; ++k) row[k] = 0.02F * static_cast<float>((k * 2654435761U) % 2001) / 1000.0F - 0.02F;
+    m.bytes.resize(f.row_bytes(cols) * rows);
+    for (std::size_t r = 0; r < rows; ++r) f.quantize(row.data(), m.bytes.data() + r * f.row_bytes(cols), cols);
+    m.view = relayout(make_weight_view(type, m.bytes.data(), rows, cols), m.bytes.data(), layout);
   }
   return m;
 }
 
-GemmContext& context(IsaLevel level) {
-  static std::vector<std::unique_ptr<GemmContext>> contexts(4);
-  auto& c = contexts[static_cast<std::size_t>(level)];
-  if (!c) c = std::make_unique<GemmContext>(host_topology().cores, level);
+GemmContext& context(IsaLevel level, unsigned threads) {
+  static std::map<std::pair<IsaLevel, unsigned>, std::unique_ptr<GemmContext>> contexts;
+  auto& c = contexts[{level, threads}];
+  if (!c) c = std::make_unique<GemmContext>(threads, level);
   return *c;
 }
 
-void run_gemm(benchmark::State& state, GgmlType type, IsaLevel level, WeightLayout layout, std::size_t batch) {
-  const Matrix& w = weights(type, layout);
-  GemmContext& ctx = context(level);
+void run_gemm(benchmark::State& state, GgmlType type, IsaLevel level, WeightLayout layout, std::size_t batch,
+              std::size_t rows, std::size_t cols, unsigned threads) {
+  const Matrix& w = weights(type, layout, rows, cols);
+  GemmContext& ctx = context(level, threads);
   const WeightView& view = w.view;
-  std::vector<float> x(batch * kCols, 0.5F);
-  std::vector<float> y(batch * kRows);
+  std::vector<float> x(batch * cols, 0.5F);
+  std::vector<float> y(batch * rows);
   for (auto _ : state) {
     ctx.gemm(view, x.data(), batch, y.data());
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * w.bytes.size()));
-  state.counters["gops"] = benchmark::Counter(2.0 * kRows * kCols * static_cast<double>(batch) * static_cast<double>(state.iterations()) / 1e9,
+  state.counters["gops"] = benchmark::Counter(2.0 * static_cast<double>(rows * cols * batch) * static_cast<double>(state.iterations()) / 1e9,
                                               benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(ctx.kernel_name(type, batch, kCols, view.layout)));
+  state.SetLabel(std::string(ctx.kernel_name(type, batch, cols, view.layout)));
 }
 
 // One (token, KV head) task as the engine runs it: eight query heads of size 64 against `len`
@@ -111,12 +122,15 @@ void register_all() {
       std::vector<WeightLayout> layouts{WeightLayout::gguf};
       if (preferred_layout(type, level) != WeightLayout::gguf) layouts.push_back(preferred_layout(type, level));
       for (WeightLayout layout : layouts) {
+        const std::string variant = fmt::format("{}/{}{}", format_info(type).name, to_string(level), layout == WeightLayout::gguf ? "" : "_x8");
+        benchmark::RegisterBenchmark(fmt::format("gemv_hot/{}", variant).c_str(),
+                                     [=](benchmark::State& s) { run_gemm(s, type, level, layout, 1, kHotRows, kHotCols, 1); })
+            ->Unit(benchmark::kMicrosecond)
+            ->UseRealTime();
         for (std::size_t batch : {1, 2, 4, 8, 16, 32, 64}) {
           if (level == IsaLevel::scalar && batch > 1) continue;  // the reference is for GEMV only
-          benchmark::RegisterBenchmark(fmt::format("gemm/{}/{}{}/batch:{}", format_info(type).name, to_string(level),
-                                                   layout == WeightLayout::gguf ? "" : "_x8", batch)
-                                           .c_str(),
-                                       [=](benchmark::State& s) { run_gemm(s, type, level, layout, batch); })
+          benchmark::RegisterBenchmark(fmt::format("gemm/{}/batch:{}", variant, batch).c_str(),
+                                       [=](benchmark::State& s) { run_gemm(s, type, level, layout, batch, kRows, kCols, host_topology().cores); })
               ->Unit(benchmark::kMicrosecond)
               ->UseRealTime();
         }

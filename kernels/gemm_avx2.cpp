@@ -164,8 +164,10 @@ struct WeightRows {
   }
 };
 
+// Accumulators sized exactly [Nr][Na] and this inlined, as in gemm_avx512.cpp, where the padded
+// array kept the sums in memory; the AVX2 kernels measured the same either way.
 template <int Nr, int Na>
-void store_sums(const GemmCall& c, std::size_t r, std::size_t b0, const __m256 (&acc)[Nr][kMaxNa]) {
+INFERCAST_INLINE void store_sums(const GemmCall& c, std::size_t r, std::size_t b0, const __m256 (&acc)[Nr][Na]) {
   INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
     INFERCAST_UNROLL
@@ -180,7 +182,7 @@ void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
   using Block = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, BlockQ4_0>;
   const WeightRows<Block, Nr> w(c, r);
   const Activations<BlockQ8_0, Na> act(c, b0);
-  __m256 acc[Nr][kMaxNa];
+  __m256 acc[Nr][Na];
   for (auto& row : acc) {
     for (auto& v : row) v = _mm256_setzero_ps();
   }
@@ -218,8 +220,8 @@ void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
   const WeightRows<Block, Nr> w(c, r);
   const Activations<BlockQ8_K, Na> act(c, b0);
   const __m256i nibble = _mm256_set1_epi8(0x0F);
-  __m256 acc[Nr][kMaxNa];
-  __m128 mins_acc[Nr][kMaxNa];
+  __m256 acc[Nr][Na];
+  __m128 mins_acc[Nr][Na];
   INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
     INFERCAST_UNROLL
@@ -287,7 +289,7 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
   const Activations<BlockQ8_K, Na> act(c, b0);
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   const __m256i two_bits = _mm256_set1_epi8(0x03);
-  __m256 acc[Nr][kMaxNa];
+  __m256 acc[Nr][Na];
   for (auto& row : acc) {
     for (auto& v : row) v = _mm256_setzero_ps();
   }
@@ -363,7 +365,7 @@ void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
   const std::uint8_t* rows[Nr];
   INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) rows[i] = c.w + (r + i) * c.row_bytes;
-  __m256 acc[Nr][kMaxNa];
+  __m256 acc[Nr][Na];
   for (auto& row : acc) {
     for (auto& v : row) v = _mm256_setzero_ps();
   }
@@ -372,7 +374,7 @@ void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
   std::size_t k = 0;
   for (; k + 8 <= c.cols; k += 8) {
     if (k % 32 == 0) ahead.fetch(k * kElementBytes, 32 * kElementBytes);
-    __m256 x[kMaxNa];
+    __m256 x[Na];
     INFERCAST_UNROLL
     for (int a = 0; a < Na; ++a) x[a] = _mm256_loadu_ps(c.x + (b0 + a) * c.ldx + k);
     INFERCAST_UNROLL
