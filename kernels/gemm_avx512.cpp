@@ -666,6 +666,21 @@ inline __m512 load_weights16(const std::uint8_t* row, std::size_t k, __mmask16 m
   }
 }
 
+// Sixteen columns of Nr rows against Na activation rows; `mask` selects the columns that exist.
+template <GgmlType W, int Nr, int Na>
+INFERCAST_INLINE void float_step(const GemmCall& c, const std::uint8_t* const (&rows)[Nr], std::size_t b0, std::size_t k,
+                                 __mmask16 mask, Accumulators<Nr, Na>& acc) {
+  __m512 x[Na];
+  INFERCAST_UNROLL
+  for (int a = 0; a < Na; ++a) x[a] = _mm512_maskz_loadu_ps(mask, c.x + (b0 + a) * c.ldx + k);
+  INFERCAST_UNROLL
+  for (int i = 0; i < Nr; ++i) {
+    const __m512 wv = load_weights16<W>(rows[i], k, mask);
+    INFERCAST_UNROLL
+    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_fmadd_ps(wv, x[a], acc[i][a]);
+  }
+}
+
 template <GgmlType W, int Nr, int Na>
 void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
   const std::uint8_t* rows[Nr];
@@ -674,15 +689,17 @@ void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
   zero<Nr, Na>(acc);
   const StreamPrefetch<Nr> ahead(c, r);
   constexpr std::size_t kElementBytes = W == GgmlType::f32 ? 4 : 2;
-  for (std::size_t k = 0; k < c.cols; k += 16) {
-    if (k % 32 == 0) ahead.fetch(k * kElementBytes, 32 * kElementBytes);
+  // Whole 32-column steps with every lane on (one prefetch line per row each), then the rest
+  // masked.
+  std::size_t k = 0;
+  for (; k + 32 <= c.cols; k += 32) {
+    ahead.fetch(k * kElementBytes, 32 * kElementBytes);
+    float_step<W, Nr, Na>(c, rows, b0, k, 0xFFFF, acc);
+    float_step<W, Nr, Na>(c, rows, b0, k + 16, 0xFFFF, acc);
+  }
+  for (; k < c.cols; k += 16) {
     const auto mask = static_cast<__mmask16>(c.cols - k >= 16 ? 0xFFFF : (1U << (c.cols - k)) - 1);
-    __m512 x[Na];
-    for (int a = 0; a < Na; ++a) x[a] = _mm512_maskz_loadu_ps(mask, c.x + (b0 + a) * c.ldx + k);
-    for (int i = 0; i < Nr; ++i) {
-      const __m512 wv = load_weights16<W>(rows[i], k, mask);
-      for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_fmadd_ps(wv, x[a], acc[i][a]);
-    }
+    float_step<W, Nr, Na>(c, rows, b0, k, mask, acc);
   }
   store_sums<Nr, Na>(c, r, b0, acc);
 }
