@@ -721,24 +721,46 @@ void pack_bf16_split(const GemmCall& c, std::size_t begin, std::size_t end) {
   }
 }
 
+// Thirty-two columns of Nr rows against Na activation rows' high and low parts, each part its
+// own accumulator so that the two vdpbf16ps of a step do not wait on each other.
 template <int Nr, int Na>
-void row_bf16_dot(const GemmCall& c, std::size_t r, std::size_t b0) {
+INFERCAST_INLINE void bf16_step(const GemmCall& c, const std::uint16_t* const (&rows)[Nr], std::size_t b0, std::size_t k,
+                                __mmask32 mask, Accumulators<Nr, Na>& hi_acc, Accumulators<Nr, Na>& lo_acc) {
   const std::size_t padded = round_up(c.cols, 32);
   const std::size_t stride = bf16_packed_row(c.cols) / 2;
+  INFERCAST_UNROLL
+  for (int i = 0; i < Nr; ++i) {
+    const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, rows[i] + k));
+    INFERCAST_UNROLL
+    for (int a = 0; a < Na; ++a) {
+      const std::uint16_t* hi = reinterpret_cast<const std::uint16_t*>(c.packed) + (b0 + a) * stride + k;
+      hi_acc[i][a] = _mm512_dpbf16_ps(hi_acc[i][a], wv, reinterpret_cast<__m512bh>(_mm512_load_si512(hi)));
+      lo_acc[i][a] = _mm512_dpbf16_ps(lo_acc[i][a], wv, reinterpret_cast<__m512bh>(_mm512_load_si512(hi + padded)));
+    }
+  }
+}
+
+template <int Nr, int Na>
+void row_bf16_dot(const GemmCall& c, std::size_t r, std::size_t b0) {
   const std::uint16_t* rows[Nr];
   for (int i = 0; i < Nr; ++i) rows[i] = reinterpret_cast<const std::uint16_t*>(c.w + (r + i) * c.row_bytes);
   Accumulators<Nr, Na> acc;
+  Accumulators<Nr, Na> lo_acc;
   zero<Nr, Na>(acc);
-  for (std::size_t k = 0; k < c.cols; k += 32) {
-    const auto mask = static_cast<__mmask32>(c.cols - k >= 32 ? 0xFFFFFFFFU : (1U << (c.cols - k)) - 1);
-    for (int i = 0; i < Nr; ++i) {
-      const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, rows[i] + k));
-      for (int a = 0; a < Na; ++a) {
-        const std::uint16_t* hi = reinterpret_cast<const std::uint16_t*>(c.packed) + (b0 + a) * stride + k;
-        acc[i][a] = _mm512_dpbf16_ps(acc[i][a], wv, reinterpret_cast<__m512bh>(_mm512_load_si512(hi)));
-        acc[i][a] = _mm512_dpbf16_ps(acc[i][a], wv, reinterpret_cast<__m512bh>(_mm512_load_si512(hi + padded)));
-      }
-    }
+  zero<Nr, Na>(lo_acc);
+  // Every row is its own stream, prefetched ahead as the other row kernels' are; whole steps
+  // unmasked, the rest masked.
+  const StreamPrefetch<Nr> ahead(c, r);
+  std::size_t k = 0;
+  for (; k + 32 <= c.cols; k += 32) {
+    ahead.fetch(k * 2, 64);
+    bf16_step<Nr, Na>(c, rows, b0, k, 0xFFFFFFFFU, acc, lo_acc);
+  }
+  if (k < c.cols) bf16_step<Nr, Na>(c, rows, b0, k, static_cast<__mmask32>((1U << (c.cols - k)) - 1), acc, lo_acc);
+  INFERCAST_UNROLL
+  for (int i = 0; i < Nr; ++i) {
+    INFERCAST_UNROLL
+    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_add_ps(acc[i][a], lo_acc[i][a]);
   }
   store_sums<Nr, Na>(c, r, b0, acc);
 }

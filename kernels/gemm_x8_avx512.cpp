@@ -268,7 +268,7 @@ struct Kx8 {
         const std::int8_t* xq = x[a][s].qs + 64 * j;
         // Hidden from the optimiser: in a GEMV's two groups GCC shared these broadcasts, held all
         // 32 of a block at once and spilled them to the stack. Loaded again per group, each is
-        // one load: Q4_K GEMV hot in cache 52 -> 59 GB/s on one core, 4096x4096 76 -> 98.
+        // one load: Q4_K GEMV hot in cache 52 -> 59 GB/s on one core, 4096x4096 76-79 -> 88-98.
         asm volatile("" : "+r"(xq));
         __m512i d0 = _mm512_setzero_si512();
         __m512i d1 = _mm512_setzero_si512();
