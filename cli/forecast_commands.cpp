@@ -87,12 +87,16 @@ void print_calibration(const Calibration& c) {
                "  the curves' matrix time against the engine's measured matrix time in those runs: {:.1f}% RMS\n",
                100 * c.engine->residual, 1e6 * c.engine->seconds_per_call, 1e9 * c.engine->seconds_per_token_layer_dim,
                1e9 * c.engine->seconds_per_attention_op, 1e9 * c.engine->seconds_per_decode_kv_byte, 100 * c.matrix_residual);
+    // The engine's matrix time over the curves', per run: which runs the sweep stood for badly.
+    const auto over_curves = [](double measured, double curve) { return curve > 0 ? fmt::format("{:.2f}x", measured / curve) : "-"; };
     for (const auto& r : c.runs) {
-      fmt::print("    fitted on: {} {} C={} prompt {} gen {}: prefill {:.3f} s/sequence ({:.0f}% in matrices), decode {:.1f} ms/step "
-                 "({:.0f}% in matrices)\n",
+      fmt::print("    fitted on: {} {} C={} prompt {} gen {}: prefill {:.3f} s/sequence ({:.0f}% in matrices, {} the curves), "
+                 "decode {:.1f} ms/step ({:.0f}% in matrices, {} the curves)\n",
                  r.model, r.quant, r.concurrency, r.prompt, r.gen, r.prefill_seconds_per_sequence,
-                 100 * r.prefill_gemm_seconds_per_sequence / r.prefill_seconds_per_sequence, 1e3 * r.decode_seconds_per_step,
-                 100 * r.decode_gemm_seconds_per_step / r.decode_seconds_per_step);
+                 100 * r.prefill_gemm_seconds_per_sequence / r.prefill_seconds_per_sequence,
+                 over_curves(r.prefill_gemm_seconds_per_sequence, r.prefill_curve_seconds_per_sequence), 1e3 * r.decode_seconds_per_step,
+                 100 * r.decode_gemm_seconds_per_step / r.decode_seconds_per_step,
+                 over_curves(r.decode_gemm_seconds_per_step, r.decode_curve_seconds_per_step));
     }
   }
 }

@@ -231,6 +231,21 @@ double prefill_matrix_seconds(const Calibration& c, const Architecture& a, const
   return s;
 }
 
+double curve_matrix_residual(const std::vector<CalibrationRun>& runs) {
+  double squares = 0;
+  int count = 0;
+  const auto add = [&](double curve, double engine) {
+    if (!(curve > 0) || !(engine > 0)) return;
+    squares += (curve / engine - 1) * (curve / engine - 1);
+    ++count;
+  };
+  for (const auto& r : runs) {
+    add(r.decode_curve_seconds_per_step, r.decode_gemm_seconds_per_step);
+    add(r.prefill_curve_seconds_per_sequence, r.prefill_gemm_seconds_per_sequence);
+  }
+  return count > 0 ? std::sqrt(squares / count) : 0;
+}
+
 EngineOverheads fit_overheads(const std::vector<OverheadObservation>& observations) {
   constexpr std::size_t kColumns = 4;
   const auto row = [](const StepWork& w) {
@@ -291,11 +306,13 @@ nlohmann::json to_json(const Calibration& c) {
                     {"prefill_seconds_per_sequence", r.prefill_seconds_per_sequence},
                     {"decode_seconds_per_step", r.decode_seconds_per_step},
                     {"prefill_gemm_seconds_per_sequence", r.prefill_gemm_seconds_per_sequence},
-                    {"decode_gemm_seconds_per_step", r.decode_gemm_seconds_per_step}});
+                    {"decode_gemm_seconds_per_step", r.decode_gemm_seconds_per_step},
+                    {"prefill_curve_seconds_per_sequence", r.prefill_curve_seconds_per_sequence},
+                    {"decode_curve_seconds_per_step", r.decode_curve_seconds_per_step}});
   }
   nlohmann::json j = {{"schema", "infercast.calibration/1"}, {"measured_at", c.measured_at}, {"threads", c.threads},
-                      {"dram_read_gbs", c.dram_read_gbs}, {"sweep_cv", c.sweep_cv}, {"footprint_bytes", c.footprint_bytes}, {"matrix_residual", c.matrix_residual}, {"curves", curves},
-                      {"core_gbs", core}, {"runs", runs}};
+                      {"dram_read_gbs", c.dram_read_gbs}, {"sweep_cv", c.sweep_cv}, {"footprint_bytes", c.footprint_bytes},
+                      {"matrix_residual", c.matrix_residual}, {"curves", curves}, {"core_gbs", core}, {"runs", runs}};
   if (c.engine) {
     j["engine"] = {{"seconds_per_call", c.engine->seconds_per_call},
                    {"seconds_per_token_layer_dim", c.engine->seconds_per_token_layer_dim},
@@ -338,7 +355,8 @@ Calibration calibration_from_json(const nlohmann::json& j) {
       c.runs.push_back({r.at("model").get<std::string>(), r.at("quant").get<std::string>(), r.at("concurrency").get<int>(),
                         r.at("prompt").get<int>(), r.at("gen").get<int>(), r.at("prefill_seconds_per_sequence").get<double>(),
                         r.at("decode_seconds_per_step").get<double>(), r.value("prefill_gemm_seconds_per_sequence", 0.0),
-                        r.value("decode_gemm_seconds_per_step", 0.0)});
+                        r.value("decode_gemm_seconds_per_step", 0.0), r.value("prefill_curve_seconds_per_sequence", 0.0),
+                        r.value("decode_curve_seconds_per_step", 0.0)});
     }
     if (j.contains("engine")) {
       const auto& e = j.at("engine");
@@ -418,7 +436,6 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
   const CalibrationPlan& plan = calibration_plan();
   const ModelShape shape = llama_shape(14, 2304, 6144, 18, 6, 32000);
   std::vector<OverheadObservation> observations;
-  std::vector<double> matrix_errors;
   const double runs = static_cast<double>(2 * plan.quants.size() * plan.concurrencies.size());
   double done = 0;
   for (const auto& quant : plan.quants) {
@@ -453,7 +470,9 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
                            rep.prefill_seconds / r.concurrency,
                            rep.decode_seconds / steps,
                            rep.prefill_gemm_seconds / r.concurrency,
-                           rep.decode_gemm_seconds / steps};
+                           rep.decode_gemm_seconds / steps,
+                           prefill_matrix_seconds(c, arch, inv, r.prompt_tokens),
+                           matrix_seconds(c, arch, inv, r.concurrency, r.concurrency)};
         c.runs.push_back(run);
         // The overheads are fitted to what the engine measured outside its matrix products, not
         // to the difference from a prediction: a kernel-model error must not leak into them.
@@ -462,19 +481,13 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
                                 decode_work(arch, r.concurrency, context)});
         observations.push_back({run.prefill_seconds_per_sequence - run.prefill_gemm_seconds_per_sequence, 0.0,
                                 prefill_work(arch, r.prompt_tokens)});
-        const double decode_rel = matrix_seconds(c, arch, inv, r.concurrency, r.concurrency) / run.decode_gemm_seconds_per_step - 1;
-        const double prefill_rel = prefill_matrix_seconds(c, arch, inv, r.prompt_tokens) / run.prefill_gemm_seconds_per_sequence - 1;
-        matrix_errors.push_back(decode_rel);
-        matrix_errors.push_back(prefill_rel);
         done += 1;
       }
     }
     std::filesystem::remove(path);
   }
   c.engine = fit_overheads(observations);
-  double squares = 0;
-  for (double e : matrix_errors) squares += e * e;
-  c.matrix_residual = matrix_errors.empty() ? 0 : std::sqrt(squares / static_cast<double>(matrix_errors.size()));
+  c.matrix_residual = curve_matrix_residual(c.runs);
   report("done", 1.0);
   return c;
 }

@@ -77,7 +77,17 @@ struct CalibrationRun {
   double decode_seconds_per_step = 0;
   double prefill_gemm_seconds_per_sequence = 0;  // of which in weight-matrix products
   double decode_gemm_seconds_per_step = 0;
+  // What the kernel curves give for those products (0 in a calibration older than these
+  // fields): how far the sweep, which times each product alone, stands from the engine's.
+  double prefill_curve_seconds_per_sequence = 0;
+  double decode_curve_seconds_per_step = 0;
 };
+
+// Relative RMS of the curves' matrix time against the engine's over the runs that carry both
+// (0 when none does). Not a correction the forecast applies: the engine-over-curves ratio of
+// the calibration's formats did not carry over to held-out ones (docs/PERFORMANCE.md,
+// thirteenth session), so it only sets the band.
+double curve_matrix_residual(const std::vector<CalibrationRun>& runs);
 
 struct Calibration {
   std::string measured_at;

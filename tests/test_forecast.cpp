@@ -202,12 +202,16 @@ TEST(Calibration, InterpolatesExtendsAndRoundTrips) {
   c.curves.erase(GgmlType::q5_k);
   EXPECT_THROW((void)c.seconds_per_byte(GgmlType::q5_k, 1), UsageError);
   c.footprint_bytes = std::uint64_t{512} << 20;
+  c.runs[0].prefill_curve_seconds_per_sequence = 0.25;
+  c.runs[0].decode_curve_seconds_per_step = 0.08;
   const Calibration back = calibration_from_json(to_json(c));
   EXPECT_DOUBLE_EQ(back.seconds_per_byte(GgmlType::q8_0, 100), c.seconds_per_byte(GgmlType::q8_0, 100));
   EXPECT_EQ(back.footprint_bytes, c.footprint_bytes);  // validate's refreshes sweep the same bytes
   ASSERT_TRUE(back.engine);
   EXPECT_DOUBLE_EQ(back.engine->seconds_per_call, 10e-6);
-  EXPECT_EQ(back.runs.size(), 1U);
+  ASSERT_EQ(back.runs.size(), 1U);
+  EXPECT_DOUBLE_EQ(back.runs[0].prefill_curve_seconds_per_sequence, 0.25);
+  EXPECT_DOUBLE_EQ(back.runs[0].decode_curve_seconds_per_step, 0.08);
   EXPECT_DOUBLE_EQ(back.engine->seconds_per_decode_kv_byte, c.engine->seconds_per_decode_kv_byte);
   EXPECT_TRUE(back.engine->decode_attention_fitted);
   EXPECT_NO_THROW((void)measured_performance(back));
@@ -225,6 +229,23 @@ TEST(Calibration, InterpolatesExtendsAndRoundTrips) {
   EXPECT_THROW(calibration_from_json(negative), UsageError);
   EXPECT_THROW(calibration_from_json(nlohmann::json::parse(R"({"schema": "infercast.calibration/1"})")), UsageError);
   EXPECT_THROW(calibration_from_json(nlohmann::json::parse("[]")), UsageError);
+}
+
+TEST(Calibration, CurveResidualIsOverTheRunsThatCarryBothFigures) {
+  const auto run = [](double prefill_gemm, double prefill_curve, double decode_gemm, double decode_curve) {
+    CalibrationRun r;
+    r.prefill_gemm_seconds_per_sequence = prefill_gemm;
+    r.prefill_curve_seconds_per_sequence = prefill_curve;
+    r.decode_gemm_seconds_per_step = decode_gemm;
+    r.decode_curve_seconds_per_step = decode_curve;
+    return r;
+  };
+  // Curves 10% short in decode, exact and 20% long in prefill; the third run has no prefill.
+  const std::vector<CalibrationRun> runs{run(1.0, 1.0, 0.010, 0.009), run(2.0, 2.4, 0.020, 0.018), run(0, 0, 0.030, 0.027)};
+  EXPECT_NEAR(curve_matrix_residual(runs), std::sqrt((3 * 0.01 + 0 + 0.04) / 5), 1e-12);
+  // A calibration older than the curve figures: nothing to judge the curves by.
+  EXPECT_EQ(curve_matrix_residual({run(1.0, 0, 0.01, 0)}), 0);
+  EXPECT_EQ(curve_matrix_residual({}), 0);
 }
 
 TEST(Calibration, SplitsCallStreamingAndPerRowWork) {
