@@ -16,6 +16,9 @@ namespace infercast {
 namespace {
 
 constexpr int kMaxNa = 4;
+// Weight rows per activation load in the float kernels' batches: 2 x 4 accumulators leave
+// room in 16 registers for the loaded vectors.
+constexpr int kFloatBatchRows = 2;
 
 #include "kernels/k_scales.inc"
 

@@ -19,6 +19,9 @@ namespace infercast {
 namespace {
 
 constexpr std::size_t kMaxNa = 4;  // activation rows per weight pass
+// Weight rows per activation load in the float kernels' batches: 4 x 4 accumulators and the
+// loaded vectors fit in 32 registers.
+constexpr int kFloatBatchRows = 4;
 
 // ---------------------------------------------------------------------------------------------
 // Activation quantizers, bit-identical to reference::quantize_q8_0 / quantize_q8_k.
@@ -721,11 +724,19 @@ void pack_bf16_split(const GemmCall& c, std::size_t begin, std::size_t end) {
   }
 }
 
-// Thirty-two columns of Nr rows against Na activation rows' high and low parts, each part its
-// own accumulator so that the two vdpbf16ps of a step do not wait on each other.
+// The high and low parts get accumulators of their own, so the two vdpbf16ps of a step do not
+// wait on each other, for one or two activation rows (GEMV: 57 -> 75 GB/s in cache); with
+// three or four, a block of four weight rows has twelve or more independent chains already and
+// no registers for a second set. Decided by the activation rows alone, which every block of
+// weight rows shares, so a row's sums do not depend on the block it fell in.
+template <int Na>
+inline constexpr bool kSplitBf16Sums = Na <= 2;
+
+// Thirty-two columns of Nr rows against Na activation rows' high and low parts.
 template <int Nr, int Na>
 INFERCAST_INLINE void bf16_step(const GemmCall& c, const std::uint16_t* const (&rows)[Nr], std::size_t b0, std::size_t k,
-                                __mmask32 mask, Accumulators<Nr, Na>& hi_acc, Accumulators<Nr, Na>& lo_acc) {
+                                __mmask32 mask, Accumulators<Nr, Na>& hi_acc, Accumulators<Nr, Na>& split_lo_acc) {
+  Accumulators<Nr, Na>& lo_acc = kSplitBf16Sums<Na> ? split_lo_acc : hi_acc;
   const std::size_t padded = round_up(c.cols, 32);
   const std::size_t stride = bf16_packed_row(c.cols) / 2;
   INFERCAST_UNROLL
@@ -745,9 +756,9 @@ void row_bf16_dot(const GemmCall& c, std::size_t r, std::size_t b0) {
   const std::uint16_t* rows[Nr];
   for (int i = 0; i < Nr; ++i) rows[i] = reinterpret_cast<const std::uint16_t*>(c.w + (r + i) * c.row_bytes);
   Accumulators<Nr, Na> acc;
-  Accumulators<Nr, Na> lo_acc;
+  Accumulators<Nr, Na> lo_acc;  // unused (and dropped by the compiler) unless kSplitBf16Sums
   zero<Nr, Na>(acc);
-  zero<Nr, Na>(lo_acc);
+  if constexpr (kSplitBf16Sums<Na>) zero<Nr, Na>(lo_acc);
   // Every row is its own stream, prefetched ahead as the other row kernels' are; whole steps
   // unmasked, the rest masked.
   const StreamPrefetch<Nr> ahead(c, r);
@@ -757,10 +768,12 @@ void row_bf16_dot(const GemmCall& c, std::size_t r, std::size_t b0) {
     bf16_step<Nr, Na>(c, rows, b0, k, 0xFFFFFFFFU, acc, lo_acc);
   }
   if (k < c.cols) bf16_step<Nr, Na>(c, rows, b0, k, static_cast<__mmask32>((1U << (c.cols - k)) - 1), acc, lo_acc);
-  INFERCAST_UNROLL
-  for (int i = 0; i < Nr; ++i) {
+  if constexpr (kSplitBf16Sums<Na>) {
     INFERCAST_UNROLL
-    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_add_ps(acc[i][a], lo_acc[i][a]);
+    for (int i = 0; i < Nr; ++i) {
+      INFERCAST_UNROLL
+      for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_add_ps(acc[i][a], lo_acc[i][a]);
+    }
   }
   store_sums<Nr, Na>(c, r, b0, acc);
 }
@@ -778,7 +791,7 @@ const PackFns kPack{q8_0_packed_bytes<GgmlType::q8_0>, pack_q8_0<GgmlType::q8_0>
 const std::array<GemmKernel, 8> kPlain = make_kernels<false>("avx512", kPack);
 const std::array<GemmKernel, 8> kVnni = make_kernels<true>("avx512_vnni", kPack);
 const GemmKernel kBf16Dot{"avx512_bf16", GgmlType::bf16, bf16_packed_bytes, pack_bf16_split, 1,
-                          rows_driver<RowBf16Dot>, 1, nullptr};
+                          rows_driver<RowBf16Dot, kFloatBatchRows>, 1, nullptr};
 
 const ActivationQuantizers kQuantizers{quantize_q8_0_avx512, quantize_q8_k_avx512};
 

@@ -208,7 +208,7 @@ TEST(GemmSchedule, GuidedRowsEqualTheFixedSplitBitForBit) {
         GemmContext ctx(threads, level);
         std::vector<std::uint8_t> data = gguf;
         const WeightView v = relayout(make_weight_view(type, data.data(), rows, cols), data.data(), ctx.preferred_layout(type));
-        for (std::size_t batch : {1U, 3U}) {
+        for (std::size_t batch : {1U, 3U, 5U}) {  // 5: a group of four activations and one alone
           const std::vector<float> x = testing::gaussian(batch * cols, 5);
           std::vector<float> guided(batch * rows, NAN), fixed(batch * rows, NAN);
           ASSERT_EQ(ctx.row_schedule(), GemmContext::RowSchedule::guided);
