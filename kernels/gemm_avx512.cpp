@@ -724,21 +724,43 @@ void pack_bf16_split(const GemmCall& c, std::size_t begin, std::size_t end) {
   }
 }
 
-// The high and low parts get accumulators of their own, so the two vdpbf16ps of a step do not
-// wait on each other, for one or two activation rows (GEMV: 57 -> 75 GB/s in cache); with
-// three or four, a block of four weight rows has twelve or more independent chains already and
-// no registers for a second set. Decided by the activation rows alone, which every block of
-// weight rows shares, so a row's sums do not depend on the block it fell in.
-template <int Na>
-inline constexpr bool kSplitBf16Sums = Na <= 2;
+// From kBf16RoundMinBatch activation rows on, the activations are rounded to bf16, as the AMX
+// BF16 tiles round them at these batches: one vdpbf16ps per product instead of two, and half
+// the activation bytes. Batched BF16 is compute-bound there, and the high/low split held it to
+// half the BF16 dot peak.
+std::size_t bf16_round_packed_row(std::size_t cols) { return round_up(cols, 32) * 2; }
+std::size_t bf16_round_packed_bytes(std::size_t batch, std::size_t cols) { return batch * bf16_round_packed_row(cols); }
 
-// Thirty-two columns of Nr rows against Na activation rows' high and low parts.
-template <int Nr, int Na>
+void pack_bf16_round(const GemmCall& c, std::size_t begin, std::size_t end) {
+  const std::size_t padded = round_up(c.cols, 32);
+  for (std::size_t b = begin; b < end; ++b) {
+    auto* out = reinterpret_cast<std::uint16_t*>(c.packed + b * bf16_round_packed_row(c.cols));
+    const float* x = c.x + b * c.ldx;
+    std::size_t k = 0;
+    for (; k + 32 <= c.cols; k += 32) {
+      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + k + 16), _mm512_loadu_ps(x + k));
+      _mm512_store_si512(out + k, reinterpret_cast<__m512i>(v));
+    }
+    for (; k < padded; ++k) out[k] = k < c.cols ? fp32_to_bf16(x[k]) : 0;
+  }
+}
+
+// With the low parts (`Low`), they get accumulators of their own, so the two vdpbf16ps of a
+// step do not wait on each other, for one or two activation rows (GEMV: 57 -> 75 GB/s in
+// cache); with three or four, a block of four weight rows has twelve or more independent chains
+// already and no registers for a second set. Decided by the activation rows alone, which every
+// block of weight rows shares, so a row's sums do not depend on the block it fell in.
+template <bool Low, int Na>
+inline constexpr bool kSplitBf16Sums = Low && Na <= 2;
+
+// Thirty-two columns of Nr rows against Na activation rows: their bf16 (high) parts, and with
+// `Low` their low parts too.
+template <bool Low, int Nr, int Na>
 INFERCAST_INLINE void bf16_step(const GemmCall& c, const std::uint16_t* const (&rows)[Nr], std::size_t b0, std::size_t k,
                                 __mmask32 mask, Accumulators<Nr, Na>& hi_acc, Accumulators<Nr, Na>& split_lo_acc) {
-  Accumulators<Nr, Na>& lo_acc = kSplitBf16Sums<Na> ? split_lo_acc : hi_acc;
+  Accumulators<Nr, Na>& lo_acc = kSplitBf16Sums<Low, Na> ? split_lo_acc : hi_acc;
   const std::size_t padded = round_up(c.cols, 32);
-  const std::size_t stride = bf16_packed_row(c.cols) / 2;
+  const std::size_t stride = (Low ? bf16_packed_row(c.cols) : bf16_round_packed_row(c.cols)) / 2;
   INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
     const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, rows[i] + k));
@@ -746,29 +768,31 @@ INFERCAST_INLINE void bf16_step(const GemmCall& c, const std::uint16_t* const (&
     for (int a = 0; a < Na; ++a) {
       const std::uint16_t* hi = reinterpret_cast<const std::uint16_t*>(c.packed) + (b0 + a) * stride + k;
       hi_acc[i][a] = _mm512_dpbf16_ps(hi_acc[i][a], wv, reinterpret_cast<__m512bh>(_mm512_load_si512(hi)));
-      lo_acc[i][a] = _mm512_dpbf16_ps(lo_acc[i][a], wv, reinterpret_cast<__m512bh>(_mm512_load_si512(hi + padded)));
+      if constexpr (Low) {
+        lo_acc[i][a] = _mm512_dpbf16_ps(lo_acc[i][a], wv, reinterpret_cast<__m512bh>(_mm512_load_si512(hi + padded)));
+      }
     }
   }
 }
 
-template <int Nr, int Na>
+template <bool Low, int Nr, int Na>
 void row_bf16_dot(const GemmCall& c, std::size_t r, std::size_t b0) {
   const std::uint16_t* rows[Nr];
   for (int i = 0; i < Nr; ++i) rows[i] = reinterpret_cast<const std::uint16_t*>(c.w + (r + i) * c.row_bytes);
   Accumulators<Nr, Na> acc;
   Accumulators<Nr, Na> lo_acc;  // unused (and dropped by the compiler) unless kSplitBf16Sums
   zero<Nr, Na>(acc);
-  if constexpr (kSplitBf16Sums<Na>) zero<Nr, Na>(lo_acc);
+  if constexpr (kSplitBf16Sums<Low, Na>) zero<Nr, Na>(lo_acc);
   // Every row is its own stream, prefetched ahead as the other row kernels' are; whole steps
   // unmasked, the rest masked.
   const StreamPrefetch<Nr> ahead(c, r);
   std::size_t k = 0;
   for (; k + 32 <= c.cols; k += 32) {
     ahead.fetch(k * 2, 64);
-    bf16_step<Nr, Na>(c, rows, b0, k, 0xFFFFFFFFU, acc, lo_acc);
+    bf16_step<Low, Nr, Na>(c, rows, b0, k, 0xFFFFFFFFU, acc, lo_acc);
   }
-  if (k < c.cols) bf16_step<Nr, Na>(c, rows, b0, k, static_cast<__mmask32>((1U << (c.cols - k)) - 1), acc, lo_acc);
-  if constexpr (kSplitBf16Sums<Na>) {
+  if (k < c.cols) bf16_step<Low, Nr, Na>(c, rows, b0, k, static_cast<__mmask32>((1U << (c.cols - k)) - 1), acc, lo_acc);
+  if constexpr (kSplitBf16Sums<Low, Na>) {
     INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) {
       INFERCAST_UNROLL
@@ -778,9 +802,12 @@ void row_bf16_dot(const GemmCall& c, std::size_t r, std::size_t b0) {
   store_sums<Nr, Na>(c, r, b0, acc);
 }
 
-template <int Nr, int Na>
+template <bool Low>
 struct RowBf16Dot {
-  static void run(const GemmCall& c, std::size_t r, std::size_t b) { row_bf16_dot<Nr, Na>(c, r, b); }
+  template <int Nr, int Na>
+  struct Row {
+    static void run(const GemmCall& c, std::size_t r, std::size_t b) { row_bf16_dot<Low, Nr, Na>(c, r, b); }
+  };
 };
 
 #include "kernels/gemm_simd_common.inc"
@@ -791,14 +818,16 @@ const PackFns kPack{q8_0_packed_bytes<GgmlType::q8_0>, pack_q8_0<GgmlType::q8_0>
 const std::array<GemmKernel, 8> kPlain = make_kernels<false>("avx512", kPack);
 const std::array<GemmKernel, 8> kVnni = make_kernels<true>("avx512_vnni", kPack);
 const GemmKernel kBf16Dot{"avx512_bf16", GgmlType::bf16, bf16_packed_bytes, pack_bf16_split, 1,
-                          rows_driver<RowBf16Dot, kFloatBatchRows>, 1, nullptr};
+                          rows_driver<RowBf16Dot<true>::Row, kFloatBatchRows>, 1, nullptr};
+const GemmKernel kBf16Round{"avx512_bf16_round", GgmlType::bf16, bf16_round_packed_bytes, pack_bf16_round, 1,
+                            rows_driver<RowBf16Dot<false>::Row, kFloatBatchRows>, 1, nullptr};
 
 const ActivationQuantizers kQuantizers{quantize_q8_0_avx512, quantize_q8_k_avx512};
 
 }  // namespace
 
-const GemmKernel* avx512_gemm_kernel(GgmlType type, const CpuFeatures& cpu) {
-  if (type == GgmlType::bf16 && cpu.avx512_bf16) return &kBf16Dot;
+const GemmKernel* avx512_gemm_kernel(GgmlType type, const CpuFeatures& cpu, std::size_t batch) {
+  if (type == GgmlType::bf16 && cpu.avx512_bf16) return batch >= kBf16RoundMinBatch ? &kBf16Round : &kBf16Dot;
   return find_in(cpu.avx512_vnni ? kVnni : kPlain, type);
 }
 

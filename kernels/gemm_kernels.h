@@ -42,7 +42,9 @@ struct GemmKernel {
 // translation unit compiled for that ISA.
 const GemmKernel* scalar_gemm_kernel(GgmlType type);
 const GemmKernel* avx2_gemm_kernel(GgmlType type, const CpuFeatures& cpu);
-const GemmKernel* avx512_gemm_kernel(GgmlType type, const CpuFeatures& cpu);
+// `batch`: BF16 weights from kBf16RoundMinBatch activation rows on round the activations to
+// bf16 (kernel "avx512_bf16_round"), as the AMX BF16 tiles do.
+const GemmKernel* avx512_gemm_kernel(GgmlType type, const CpuFeatures& cpu, std::size_t batch);
 const GemmKernel* amx_gemm_kernel(GgmlType type, std::size_t batch);
 // The kernels of the interleaved layout (every batch): AVX-512 VNNI (not for every format), AVX2,
 // and the scalar reference.
@@ -52,6 +54,9 @@ const GemmKernel* scalar_x8_gemm_kernel(GgmlType type);
 
 // AMX pays a fixed decode per row group; below this many activation rows AVX-512 is faster.
 inline constexpr std::size_t kAmxMinBatch = 8;
+// From here on, batched products round activations to bf16 wherever the weights are bf16
+// (AMX tiles, AVX-512 BF16): the batches where those kernels are compute-bound.
+inline constexpr std::size_t kBf16RoundMinBatch = kAmxMinBatch;
 // From this batch on, a block format is decoded to bf16 once per block of activation rows and
 // multiplied on BF16 tiles, instead of on INT8 tiles with an AVX-512 rescale per sub-block. The
 // crossover measured on 4096x4096, 2 threads (docs/PERFORMANCE.md): Q6_K, whose 16-weight

@@ -42,7 +42,7 @@ std::optional<double> compute_ceiling(const Ceilings& c, GgmlType type, std::str
   const auto halve = [](std::optional<double> v) { return v ? std::optional<double>(*v / 2) : std::nullopt; };
   if (kernel == "amx_int8") return c.amx_int8_gops;
   if (kernel == "amx_bf16") return c.amx_bf16_gflops;
-  if (kernel == "avx512_bf16") return c.bf16_gflops;
+  if (kernel.starts_with("avx512_bf16")) return c.bf16_gflops;
   if (kernel.starts_with("avx512")) return integer ? c.int8_vnni_gops : c.fp32_gflops;
   if (kernel.starts_with("avx2_vnni")) return halve(c.int8_vnni_gops);
   if (kernel.starts_with("avx2")) {

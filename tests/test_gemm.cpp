@@ -12,6 +12,7 @@
 #include "kernel_test_data.h"
 #include "kernels/formats.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_kernels.h"
 #include "kernels/interleave.h"
 #include "kernels/measure.h"
 #include "kernels/thread_pool.h"
@@ -88,8 +89,9 @@ Result run(const Case& c, IsaLevel level, unsigned threads, const CpuFeatures& f
 // is a few ulps of the accumulated magnitude. BF16 tiles round activations and weights (a block
 // format's after its scale) to 8-bit mantissas, at most 2^-9 each, so a product is off by at
 // most 2^-8 of its magnitude; they do not quantize activations to 8 bits, so they are held to
-// the exact product rather than to the scalar kernel's Q8 result.
-bool rounds_to_bf16(const std::string& kernel) { return kernel == "amx_bf16"; }
+// the exact product rather than to the scalar kernel's Q8 result. The AVX-512 BF16 kernel of
+// large batches rounds its activations the same way.
+bool rounds_to_bf16(const std::string& kernel) { return kernel == "amx_bf16" || kernel == "avx512_bf16_round"; }
 
 float tolerance(const std::string& kernel, float magnitude) {
   if (rounds_to_bf16(kernel)) return 0x1.0p-8F * magnitude + 1e-6F;
@@ -168,6 +170,14 @@ TEST(GemmDispatch, LevelsPickTheirKernels) {
   EXPECT_EQ(GemmContext(1, IsaLevel::scalar).kernel_name(GgmlType::q4_0, 1, 4096), "scalar");
   if (best >= IsaLevel::avx2) {
     EXPECT_EQ(GemmContext(1, IsaLevel::avx2).kernel_name(GgmlType::q4_0, 1, 4096).substr(0, 4), "avx2");
+  }
+  if (best >= IsaLevel::avx512 && host_cpu().avx512_bf16) {
+    // BF16 keeps F32-like activations (high and low parts) while memory-bound, and rounds them
+    // to bf16 from the batches where AMX would: one vdpbf16ps per product.
+    const GemmContext avx512(1, IsaLevel::avx512);
+    EXPECT_EQ(avx512.kernel_name(GgmlType::bf16, 1, 4096), "avx512_bf16");
+    EXPECT_EQ(avx512.kernel_name(GgmlType::bf16, kBf16RoundMinBatch - 1, 4096), "avx512_bf16");
+    EXPECT_EQ(avx512.kernel_name(GgmlType::bf16, kBf16RoundMinBatch, 4096), "avx512_bf16_round");
   }
   if (best >= IsaLevel::amx) {
     GemmContext amx(1, IsaLevel::amx);
