@@ -10,6 +10,11 @@
 // bandwidth (full miss buffers stalling the core, we think; the host had no counters to tell;
 // docs/PERFORMANCE.md has the A/B). Against 1.5-8 KiB and three or four streams, 6 KiB with two
 // streams per thread measured best or within the noise of the best for every format.
+//
+// The lines go to L2 (prefetcht1), not L1: the L1's few miss buffers are what the loads of the
+// block being decoded need, and L2 holds many more requests in flight. On a Zen 4 host this took
+// GEMV from 0.84-0.92 of the DRAM read to 1.0-1.1 (Q6_K 0.72 -> 1.07), batch 8 Q4_K 0.37 ->
+// 0.47; docs/PERFORMANCE.md, fourteenth session.
 #include <cstddef>
 #include <cstdint>
 
@@ -28,7 +33,7 @@ INFERCAST_INLINE void prefetch_part(const void* block, int i) {
   // In assembly: GCC schedules _mm_prefetch freely and gathered a block's prefetches at its
   // start again; a volatile asm stays where it is written.
   for (std::size_t j = part * kLines / Parts; j < (part + 1) * kLines / Parts; ++j)
-    asm volatile("prefetcht0 %0" : : "m"(*reinterpret_cast<const char*>(p + 64 * j)));
+    asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(p + 64 * j)));
 }
 
 }  // namespace infercast
