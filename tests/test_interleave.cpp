@@ -120,6 +120,39 @@ TEST_P(InterleaveFormats, KernelsAgreeWithTheReferenceOnArbitraryQuants) {
   }
 }
 
+// Every quant, scale and min at its largest and every activation at the largest magnitude its
+// quantizer gives (equal inputs quantize to -128 in Q8_K): the integer sums the kernels hold
+// before scaling are as large as they get, so a narrower accumulator or a wider pre-scale (the
+// AVX-512 Q4_K kernel sums 16 x its high-nibble quants) would show here.
+TEST_P(InterleaveFormats, KernelsHoldTheLargestSums) {
+  const GgmlType t = GetParam();
+  const auto& f = format_info(t);
+  const std::size_t cols = 2 * static_cast<std::size_t>(f.block_elems);
+  const std::size_t rows = 16;
+  std::vector<std::uint8_t> gguf(rows * f.row_bytes(cols), 0xFF);
+  for (std::size_t b = 0; b < gguf.size() / f.block_bytes; ++b) {
+    std::uint8_t* block = gguf.data() + b * f.block_bytes;
+    const std::uint16_t scale = 0x2000;  // 2^-7
+    const std::size_t at = t == GgmlType::q6_k ? offsetof(BlockQ6_K, d) : 0;
+    std::memcpy(block + at, &scale, 2);
+    if (t == GgmlType::q4_k || t == GgmlType::q5_k) std::memcpy(block + 2, &scale, 2);  // dmin
+  }
+  std::vector<std::uint8_t> interleaved = gguf;
+  const WeightView x8 = relayout(make_weight_view(t, interleaved.data(), rows, cols), interleaved.data(), WeightLayout::interleaved8);
+  const std::vector<float> x(cols, 3.0F);
+  std::vector<float> want(rows);
+  GemmContext(1, IsaLevel::scalar).gemm(make_weight_view(t, gguf.data(), rows, cols), x.data(), 1, want.data());
+  for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
+    GemmContext ctx(1, static_cast<IsaLevel>(l));
+    std::vector<float> got(rows);
+    ctx.gemm(x8, x.data(), 1, got.data());
+    for (std::size_t i = 0; i < rows; ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-5F * std::fabs(want[i]) + 1e-3F)
+          << f.name << " " << ctx.kernel_name(t, 1, cols, x8.layout) << " output " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, InterleaveFormats, ::testing::ValuesIn(interleaved_formats()),
                          [](const ::testing::TestParamInfo<GgmlType>& p) {
                            return std::string(format_info(p.param).name);
