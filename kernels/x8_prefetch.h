@@ -15,6 +15,7 @@
 // block being decoded need, and L2 holds many more requests in flight. On a Zen 4 host this took
 // GEMV from 0.84-0.92 of the DRAM read to 1.0-1.1 (Q6_K 0.72 -> 1.07), batch 8 Q4_K 0.37 ->
 // 0.47; docs/PERFORMANCE.md, fourteenth session.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -34,6 +35,15 @@ INFERCAST_INLINE void prefetch_part(const void* block, int i) {
   // start again; a volatile asm stays where it is written.
   for (std::size_t j = part * kLines / Parts; j < (part + 1) * kLines / Parts; ++j)
     asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(p + 64 * j)));
+}
+
+// The head of a stream, the first kX8Ahead bytes that no block's prefetch covers: without it a
+// call starts each stream on demand misses, which costs the small matrices of a decode step
+// (256 x 2048 and 2048 x 2048 in a 1B model) more than their streaming.
+INFERCAST_INLINE void prefetch_head(const void* stream, std::size_t bytes) {
+  const auto p = reinterpret_cast<std::uintptr_t>(stream);
+  for (std::size_t at = 0; at < std::min(bytes, kX8Ahead); at += 64)
+    asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(p + at)));
 }
 
 }  // namespace infercast
