@@ -34,24 +34,6 @@ std::vector<float> gaussian_vector(std::size_t n, std::uint64_t seed, float sigm
   return v;
 }
 
-// Compute ceiling of the kernel that ran: the probe's peak for that instruction family. AVX2
-// kernels without VNNI get the measured vpmaddubsw peak; otherwise AVX2 kernels get half the
-// AVX-512 peaks (same ports, half the vector width).
-std::optional<double> compute_ceiling(const Ceilings& c, GgmlType type, std::string_view kernel) {
-  const bool integer = format_info(type).activation != GgmlType::f32;
-  const auto halve = [](std::optional<double> v) { return v ? std::optional<double>(*v / 2) : std::nullopt; };
-  if (kernel == "amx_int8") return c.amx_int8_gops;
-  if (kernel == "amx_bf16") return c.amx_bf16_gflops;
-  if (kernel.starts_with("avx512_bf16")) return c.bf16_gflops;
-  if (kernel.starts_with("avx512")) return integer ? c.int8_vnni_gops : c.fp32_gflops;
-  if (kernel.starts_with("avx2_vnni")) return halve(c.int8_vnni_gops);
-  if (kernel.starts_with("avx2")) {
-    if (!integer) return halve(c.fp32_gflops);
-    return c.int8_avx2_gops ? c.int8_avx2_gops : halve(c.int8_vnni_gops);
-  }
-  return std::nullopt;
-}
-
 // Weights for one (format, shape): `copies` matrices back to back, so a pass over them all
 // streams from DRAM. Rows repeat a few dozen distinct quantized rows: what matters to the
 // kernels is the bytes they stream, not the values.
@@ -116,13 +98,59 @@ Ceilings ceilings_from_profile(const nlohmann::json& profile) {
   const auto& s = profile["summary"];
   const auto dram = number_at(s, "dram_read_gbs");
   if (!dram || *dram <= 0) throw UsageError("profile has no DRAM read bandwidth (summary.dram_read_gbs)");
-  return Ceilings{*dram,
-                  number_at(s, "peak_fp32_gflops"),
-                  number_at(s, "peak_bf16_gflops"),
-                  number_at(s, "peak_int8_vnni_gops"),
-                  number_at(s, "peak_int8_avx2_gops"),
-                  number_at(s, "peak_amx_int8_gops"),
-                  number_at(s, "peak_amx_bf16_gflops")};
+  Ceilings c{*dram,
+             number_at(s, "peak_fp32_gflops"),
+             number_at(s, "peak_bf16_gflops"),
+             number_at(s, "peak_int8_vnni_gops"),
+             number_at(s, "peak_int8_avx2_gops"),
+             number_at(s, "peak_amx_int8_gops"),
+             number_at(s, "peak_amx_bf16_gflops")};
+  // Which width the summary's peaks were measured at: the probe lists its compute kernels. A
+  // profile without that list keeps the assumption that they are AVX-512's.
+  const auto& compute = profile.value("compute", nlohmann::json::object());
+  const auto& peaks = compute.is_object() ? compute.value("peaks", nlohmann::json::array()) : nlohmann::json::array();
+  if (peaks.is_array() && !peaks.empty()) {
+    const auto measured = [&](const char* kernel) {
+      return std::any_of(peaks.begin(), peaks.end(), [&](const nlohmann::json& p) {
+        return p.is_object() && p.contains("kernel") && p["kernel"].is_string() && p["kernel"].get<std::string>() == kernel;
+      });
+    };
+    c.fp32_is_avx512 = measured("fp32_fma_avx512");
+    c.int8_vnni_is_avx512 = measured("int8_vnni_avx512");
+  }
+  return c;
+}
+
+std::optional<ComputeFamily> compute_family(GgmlType type, std::string_view kernel) {
+  const bool integer = format_info(type).activation != GgmlType::f32;
+  if (kernel == "amx_int8") return ComputeFamily::amx_int8;
+  if (kernel == "amx_bf16") return ComputeFamily::amx_bf16;
+  if (kernel.starts_with("avx512_bf16")) return ComputeFamily::bf16;
+  // The AVX-512 and AVX2 tables carry one name for all formats ("avx512_vnni" names the float
+  // kernels of a VNNI machine too), so the format decides.
+  if (kernel.starts_with("avx512") || kernel.starts_with("avx2")) return integer ? ComputeFamily::vector_int8 : ComputeFamily::fp32;
+  return std::nullopt;
+}
+
+// The probe's FP32 and VNNI peaks are its widest vectors' (AVX-512 where there is any), so an
+// AVX2 kernel on such a machine gets half of them (same ports, half the width); AVX2 kernels
+// without VNNI get the measured vpmaddubsw peak.
+std::optional<double> compute_ceiling(const Ceilings& c, GgmlType type, std::string_view kernel) {
+  const auto family = compute_family(type, kernel);
+  if (!family) return std::nullopt;
+  const bool avx2 = kernel.starts_with("avx2");
+  const auto halve = [](std::optional<double> v) { return v ? std::optional<double>(*v / 2) : std::nullopt; };
+  switch (*family) {
+    case ComputeFamily::amx_int8: return c.amx_int8_gops;
+    case ComputeFamily::amx_bf16: return c.amx_bf16_gflops;
+    case ComputeFamily::bf16: return c.bf16_gflops;
+    case ComputeFamily::fp32: return avx2 && c.fp32_is_avx512 ? halve(c.fp32_gflops) : c.fp32_gflops;
+    case ComputeFamily::vector_int8:
+      if (!avx2) return c.int8_vnni_gops;
+      if (kernel.starts_with("avx2_vnni")) return c.int8_vnni_is_avx512 ? halve(c.int8_vnni_gops) : c.int8_vnni_gops;
+      return c.int8_avx2_gops ? c.int8_avx2_gops : halve(c.int8_vnni_gops);
+  }
+  return std::nullopt;
 }
 
 Shape parse_shape(const std::string& text) {

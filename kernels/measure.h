@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,9 +27,23 @@ struct Ceilings {
   std::optional<double> int8_avx2_gops;  // vpmaddubsw, the AVX2 kernels without VNNI
   std::optional<double> amx_int8_gops;
   std::optional<double> amx_bf16_gflops;
+  // Whether fp32_gflops and int8_vnni_gops are 512-bit peaks, which a 256-bit kernel reaches
+  // half of.
+  bool fp32_is_avx512 = true;
+  bool int8_vnni_is_avx512 = true;
 };
 // Throws UsageError when the profile has no DRAM read bandwidth (not a probe profile).
 Ceilings ceilings_from_profile(const nlohmann::json& profile);
+
+// The instruction family a kernel's products run on, whose peak is its compute ceiling: FP32
+// FMA for the float kernels (F16 and BF16 weights converted), the BF16 dot, INT8 on the vector
+// units (VNNI or vpmaddubsw) for the formats with quantized activations, or the AMX tiles.
+// Empty for the scalar reference.
+enum class ComputeFamily { fp32, bf16, vector_int8, amx_int8, amx_bf16 };
+std::optional<ComputeFamily> compute_family(GgmlType type, std::string_view kernel);
+
+// The ceiling of a kernel that ran: the probe's peak for its family and vector width.
+std::optional<double> compute_ceiling(const Ceilings& c, GgmlType type, std::string_view kernel);
 
 // Weight bytes a sweep point cycles through when none is given: 4x the last-level cache CPUID
 // reports, at least 256 MiB.

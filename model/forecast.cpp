@@ -71,12 +71,18 @@ double overlap_exponent(double t_memory, double t_compute, double t_measured) {
   return 0.5 * (lo + hi);
 }
 
-// The peak a kernel of the reference ran against: AMX tiles, VNNI, or FP32 FMA.
-double reference_peak(const Hardware& ref, const std::string& kernel) {
-  if (kernel.find("amx_bf16") != std::string::npos) return ref.peak_bf16_gflops;
-  if (kernel.find("amx") != std::string::npos) return ref.peak_int8_gops;
-  if (kernel.find("vnni") != std::string::npos) return ref.peak_vector_int8_gops;
-  return ref.peak_fp32_gflops;
+// A machine's peak for the instruction family a kernel ran on (kernels/measure.h). A machine
+// has one BF16 figure, its tiles' where it has AMX: there the vector BF16 kernels run only
+// batches too small to be compute-bound, so their fraction of it matters little.
+double family_peak(const Hardware& h, ComputeFamily family) {
+  switch (family) {
+    case ComputeFamily::amx_bf16:
+    case ComputeFamily::bf16: return h.peak_bf16_gflops;
+    case ComputeFamily::amx_int8: return h.peak_int8_gops;
+    case ComputeFamily::vector_int8: return h.peak_vector_int8_gops;
+    case ComputeFamily::fp32: return h.peak_fp32_gflops;
+  }
+  return h.peak_fp32_gflops;
 }
 
 class DescribedPerformance final : public Performance {
@@ -187,19 +193,12 @@ class DescribedPerformance final : public Performance {
     }
     const double params_per_byte = static_cast<double>(format_info(type).block_elems) / static_cast<double>(format_info(type).block_bytes);
     const double ref_ops = 2.0 * params_per_byte * point->batch / c.effective_seconds_per_byte(type, point->batch);
-    const double ref_peak = reference_peak(ref_.hardware, point->kernel) * 1e9;
+    const ComputeFamily family = compute_family(type, point->kernel).value_or(ComputeFamily::fp32);
+    const double ref_peak = family_peak(ref_.hardware, family) * 1e9;
     const double fraction = ref_peak > 0 ? std::min(1.0, ref_ops / ref_peak) : 0.05;
-    // The same kernel class on the described machine (a CPU without AMX runs the tile kernels'
+    // The same family on the described machine (a CPU without AMX runs the tile kernels'
     // batches on its vector units: its best INT8 peak is the vector one).
-    double peak = h_.peak_fp32_gflops;
-    if (point->kernel.find("amx_bf16") != std::string::npos) {
-      peak = h_.peak_bf16_gflops;
-    } else if (point->kernel.find("amx") != std::string::npos) {
-      peak = h_.peak_int8_gops;
-    } else if (point->kernel.find("vnni") != std::string::npos) {
-      peak = h_.peak_vector_int8_gops;
-    }
-    return peak * 1e9 * fraction * devices_;
+    return family_peak(h_, family) * 1e9 * fraction * devices_;
   }
 
   Hardware h_;

@@ -403,6 +403,45 @@ TEST(Forecast, DescribedGpuDecodeIsItsStreamingBandwidthAndSplitsAcrossDevices) 
   EXPECT_GT(cpu->stream_gbs(), 0.5 * epyc.bandwidth_gbs);
 }
 
+// A described CPU's compute comes from the reference's fraction of the peak of the family its
+// kernels ran on: INT8 on the vector units for the interleaved and VNNI kernels of the block
+// formats, FP32 for the float kernels the AVX-512 table names "avx512_vnni", the BF16 dot for
+// the BF16 kernels. Read from the kernel's name alone, the interleaved kernels were held to the
+// FP32 peak, which they pass, and the fraction was capped at 1.
+TEST(Forecast, DescribedCpuComputeFollowsTheFamilyItsKernelsRanOn) {
+  Calibration c = synthetic_calibration(20, 0.1);
+  for (auto& [type, points] : c.curves) {
+    const bool integer = format_info(type).activation != GgmlType::f32;
+    for (auto& q : points) q.kernel = type == GgmlType::bf16 ? "avx512_bf16_round" : integer ? "avx512_x8" : "avx512_vnni";
+  }
+  Hardware ref_cpu = synthetic_cpu();
+  ref_cpu.peak_vector_int8_gops = 800;  // the batch-256 Q4_0 point runs 687 GOPS: 0.86 of it
+  const Reference ref{ref_cpu, c, "a test calibration"};
+  Hardware big = synthetic_cpu();
+  big.cores = 64;
+  big.bandwidth_gbs = big.stream_gbs.emplace(5000);
+  big.peak_fp32_gflops = 2000;
+  big.peak_bf16_gflops = 8000;
+  big.peak_vector_int8_gops = 20000;
+  const auto a = *find_catalog_model("llama-3.1-8b");
+  const auto seconds = [&](const Hardware& h, const char* quant) {
+    return described_performance(h, ref, 1)->matrix_seconds(a, weight_inventory(a, parse_quantization(quant)), 256, 0);
+  };
+  Hardware more_int8 = big;
+  more_int8.peak_vector_int8_gops *= 2;
+  Hardware more_fp32 = big;
+  more_fp32.peak_fp32_gflops *= 2;
+  Hardware more_bf16 = big;
+  more_bf16.peak_bf16_gflops *= 2;
+  // Q8_0 keeps every matrix in Q8_0; F16 and BF16 keep theirs in the float formats.
+  EXPECT_LT(rel(seconds(more_int8, "Q8_0"), seconds(big, "Q8_0") / 2), 0.02);
+  EXPECT_LT(rel(seconds(more_fp32, "Q8_0"), seconds(big, "Q8_0")), 0.001);
+  EXPECT_LT(rel(seconds(more_fp32, "F16"), seconds(big, "F16") / 2), 0.02);
+  EXPECT_LT(rel(seconds(more_int8, "F16"), seconds(big, "F16")), 0.001);
+  EXPECT_LT(rel(seconds(more_bf16, "BF16"), seconds(big, "BF16") / 2), 0.02);
+  EXPECT_LT(rel(seconds(more_fp32, "BF16"), seconds(big, "BF16")), 0.001);
+}
+
 TEST(Validate, RefusesToJudgeWhatWasFittedOn) {
   const Calibration c = synthetic_calibration();
   ValidateOptions o;

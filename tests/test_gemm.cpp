@@ -324,6 +324,36 @@ TEST(ThreadPool, RunsEveryMemberAndReusesThreads) {
 namespace infercast {
 namespace {
 
+// Each kernel is judged against the peak of the instructions it runs, at its width: the
+// AVX-512 table's float kernels (named "avx512_vnni" on a VNNI machine) against FP32 FMA, the
+// interleaved kernels against VNNI, the BF16 ones against the BF16 dot; an AVX2 kernel gets
+// half of a 512-bit peak but all of a peak the probe measured at 256 bits.
+TEST(KernelSweep, ComputeCeilingIsThePeakOfTheKernelsFamilyAndWidth) {
+  const auto profile = [](const char* fp32_kernel, const char* vnni_kernel) {
+    return nlohmann::json{{"summary",
+                           {{"dram_read_gbs", 40.0}, {"peak_fp32_gflops", 200.0}, {"peak_bf16_gflops", 400.0},
+                            {"peak_int8_vnni_gops", 800.0}, {"peak_int8_avx2_gops", 600.0}}},
+                          {"compute",
+                           {{"peaks", nlohmann::json::array({{{"kernel", fp32_kernel}, {"threads", 2}},
+                                                             {{"kernel", vnni_kernel}, {"threads", 2}}})}}}};
+  };
+  const Ceilings wide = ceilings_from_profile(profile("fp32_fma_avx512", "int8_vnni_avx512"));
+  EXPECT_EQ(compute_ceiling(wide, GgmlType::f16, "avx512_vnni"), 200.0);
+  EXPECT_EQ(compute_ceiling(wide, GgmlType::q4_k, "avx512_x8"), 800.0);
+  EXPECT_EQ(compute_ceiling(wide, GgmlType::q8_0, "avx512_vnni"), 800.0);
+  EXPECT_EQ(compute_ceiling(wide, GgmlType::bf16, "avx512_bf16_round"), 400.0);
+  EXPECT_EQ(compute_ceiling(wide, GgmlType::f32, "avx2"), 100.0);
+  EXPECT_EQ(compute_ceiling(wide, GgmlType::f16, "avx2_vnni"), 100.0);
+  EXPECT_EQ(compute_ceiling(wide, GgmlType::q4_0, "avx2_vnni"), 400.0);
+  EXPECT_EQ(compute_ceiling(wide, GgmlType::q4_0, "avx2_x8"), 600.0);
+  EXPECT_EQ(compute_ceiling(wide, GgmlType::q4_0, "scalar"), std::nullopt);
+  const Ceilings narrow = ceilings_from_profile(profile("fp32_fma_avx2", "int8_avx_vnni"));
+  EXPECT_EQ(compute_ceiling(narrow, GgmlType::f32, "avx2"), 200.0);
+  EXPECT_EQ(compute_ceiling(narrow, GgmlType::q4_0, "avx2_vnni"), 800.0);
+  EXPECT_EQ(compute_family(GgmlType::f16, "avx512_vnni"), ComputeFamily::fp32);
+  EXPECT_EQ(compute_family(GgmlType::q6_k, "amx_int8"), ComputeFamily::amx_int8);
+}
+
 // The sweep cycles twice the working set from which the probe saw DRAM latency, never less
 // than 256 MiB nor more than the CPUID-based default; without a DRAM plateau, the default.
 TEST(KernelSweep, FootprintFollowsTheProfilesDramPlateau) {
