@@ -194,7 +194,31 @@ struct Q8_0x8 : Q8ActivationKernel {
 
 // --- Q4_K and Q5_K ----------------------------------------------------------------------------
 
-#include "kernels/k4x8_scales.inc"
+// The 6-bit scales and mins of an interleaved Q4_K/Q5_K block (kernels/interleave.h) for 8
+// sub-blocks x 8 rows, as bytes [sub-block][row].
+INFERCAST_INLINE void decode_k4x8_scales(const std::uint8_t* scales, std::uint8_t* sc,
+                                         std::uint8_t* mn) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales));
+  const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 32));
+  const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + 64));
+  _mm256_store_si256(
+      reinterpret_cast<__m256i*>(sc),
+      _mm256_or_si256(_mm256_and_si256(l0, m4),
+                      _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x03)), 4)));
+  _mm256_store_si256(
+      reinterpret_cast<__m256i*>(sc + 32),
+      _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(hb, _mm256_set1_epi8(0x30))));
+  _mm256_store_si256(
+      reinterpret_cast<__m256i*>(mn),
+      _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                      _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(0x0C)), 2)));
+  _mm256_store_si256(
+      reinterpret_cast<__m256i*>(mn + 32),
+      _mm256_or_si256(
+          _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+          _mm256_srli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(static_cast<char>(0xC0))), 2)));
+}
 
 // Bit B of every byte moved to bit 4 (the fifth bit of a Q5_K quant), other bits cleared.
 template <int B>
