@@ -120,7 +120,7 @@ const GemmKernel& GemmContext::select(GgmlType type, WeightLayout layout, std::s
   const CpuFeatures& cpu = features_;
   if (layout == WeightLayout::interleaved8) {
     // Whichever level the context runs at, only these read the interleaved bytes.
-    const GemmKernel* k = level_ >= IsaLevel::avx512 && cpu.avx512_vnni ? avx512_x8_gemm_kernel(type) : nullptr;
+    const GemmKernel* k = level_ >= IsaLevel::avx512 && cpu.avx512_vnni ? avx512_x8_gemm_kernel(type, batch) : nullptr;
     if (k == nullptr) k = level_ >= IsaLevel::avx2 ? avx2_x8_gemm_kernel(type) : scalar_x8_gemm_kernel(type);
     if (k == nullptr) throw UsageError(fmt::format("no kernel for interleaved {}", format_info(type).name));
     return *k;

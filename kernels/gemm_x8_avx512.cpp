@@ -34,6 +34,15 @@ INFERCAST_INLINE __m512i load_pair(const void* p) {
   return pair_steps(_mm512_loadu_si512(p));
 }
 
+// Lanes 2r and 2r+1 <- lane r (step t of row r), or lane 8+r (step t+1): the batch kernels'
+// weights, one row per lane pair against two activation rows (see "Activation pairs").
+INFERCAST_INLINE __m512i first_step_twice(__m512i v) {
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), v);
+}
+INFERCAST_INLINE __m512i second_step_twice(__m512i v) {
+  return _mm512_permutexvar_epi32(_mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), v);
+}
+
 // Eight activation quants (two dwords) in every lane pair.
 INFERCAST_INLINE __m512i broadcast8(const std::int8_t* p) {
   std::int64_t v = 0;
@@ -81,6 +90,12 @@ std::size_t act_q8_k_row(std::size_t cols) { return round_up(cols / kQkK * sizeo
 std::size_t packed_q8_0(std::size_t batch, std::size_t cols) { return batch * act_q8_0_row(cols); }
 std::size_t packed_q8_k(std::size_t batch, std::size_t cols) { return batch * act_q8_k_row(cols); }
 
+std::int32_t quant_sum(const std::int8_t* qs) {
+  const __m512i wide = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  const __m512i wide2 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16)));
+  return _mm512_reduce_add_epi32(_mm512_add_epi32(wide, wide2));
+}
+
 template <int OffsetPerUnit>
 void pack_q8_0(const GemmCall& c, std::size_t begin, std::size_t end) {
   const auto quantize = avx512_activation_quantizers().q8_0;
@@ -92,9 +107,48 @@ void pack_q8_0(const GemmCall& c, std::size_t begin, std::size_t end) {
       quantize(x + k * kQk, &q, kQk);
       out[k].d = _cvtsh_ss(q.d);
       std::memcpy(out[k].qs, q.qs, kQk);
-      const __m512i wide = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q.qs)));
-      const __m512i wide2 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q.qs + 16)));
-      out[k].offset = -OffsetPerUnit * _mm512_reduce_add_epi32(_mm512_add_epi32(wide, wide2));
+      out[k].offset = -OffsetPerUnit * quant_sum(q.qs);
+    }
+  }
+}
+
+// The batch kernels of Q4_0 and Q8_0 take their activation rows two at a time (see "Activation
+// pairs" below): each quad of four quants of row a beside the same quad of row a+1, so that one
+// 64-bit broadcast gives every even lane row a's quad and every odd lane row a+1's.
+struct ActPairQ8_0 {
+  float d[2];
+  std::int32_t offset[2];
+  std::int8_t qs[kQk / 4][2][4];  // qs[k][j][i]: element 4k+i of activation row a+j
+};
+static_assert(sizeof(ActPairQ8_0) == 80);
+
+std::size_t act_pair_row(std::size_t cols) { return round_up(cols / kQk * sizeof(ActPairQ8_0), 64); }
+std::size_t packed_pairs(std::size_t batch, std::size_t cols) { return (batch + 1) / 2 * act_pair_row(cols); }
+
+// Rows [begin, end), begin even (the kernel's pack_step is 2, so no pair is shared between threads).
+template <int OffsetPerUnit>
+void pack_pairs(const GemmCall& c, std::size_t begin, std::size_t end) {
+  const auto quantize = avx512_activation_quantizers().q8_0;
+  const std::size_t blocks = c.cols / kQk;
+  for (std::size_t b = begin; b < end; ++b) {
+    auto* out = reinterpret_cast<ActPairQ8_0*>(c.packed + b / 2 * act_pair_row(c.cols));
+    const std::size_t j = b % 2;
+    for (std::size_t k = 0; k < blocks; ++k) {
+      BlockQ8_0 q;
+      quantize(c.x + b * c.ldx + k * kQk, &q, kQk);
+      out[k].d[j] = _cvtsh_ss(q.d);
+      out[k].offset[j] = -OffsetPerUnit * quant_sum(q.qs);
+      for (int g = 0; g < kQk / 4; ++g) std::memcpy(out[k].qs[g][j], q.qs + 4 * g, 4);
+    }
+  }
+  // An odd batch's last pair gets a row of zeros beside it: its outputs are never stored, but
+  // leftover bytes could make them NaNs or denormals, which some cores compute slowly.
+  if (end == c.batch && c.batch % 2 == 1) {
+    auto* out = reinterpret_cast<ActPairQ8_0*>(c.packed + c.batch / 2 * act_pair_row(c.cols));
+    for (std::size_t k = 0; k < blocks; ++k) {
+      out[k].d[1] = 0;
+      out[k].offset[1] = 0;
+      for (auto& quad : out[k].qs) std::memset(quad[1], 0, 4);
     }
   }
 }
@@ -156,6 +210,20 @@ struct Q4_0x8 : Q8ActivationKernel {
     multiply_block(q, w.d, x, b, acc);
   }
 
+  // Element group k (elements 4k..4k+3) of each row in both lanes of its pair, in q[k].
+  INFERCAST_INLINE static void duplicated(const X8& w, __m512i (&q)[8]) {
+    prefetch_part<sizeof(X8), 1>(&w, 0);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i v0 = _mm512_loadu_si512(w.qs[0]);  // steps 0, 1
+    const __m512i v1 = _mm512_loadu_si512(w.qs[2]);  // steps 2, 3
+    const __m512i s[4] = {first_step_twice(v0), second_step_twice(v0), first_step_twice(v1), second_step_twice(v1)};
+    INFERCAST_UNROLL
+    for (int t = 0; t < 4; ++t) {
+      q[t] = _mm512_and_si512(s[t], m4);                              // elements 4t..4t+3
+      q[4 + t] = _mm512_and_si512(_mm512_srli_epi16(s[t], 4), m4);  // elements 16+4t..
+    }
+  }
+
   static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
     const auto* w = reinterpret_cast<const BlockQ4_0*>(c.w + r * c.row_bytes);
     const auto* x = reinterpret_cast<const Act*>(act);
@@ -168,6 +236,9 @@ struct Q4_0x8 : Q8ActivationKernel {
     }
     return sum;
   }
+
+  // The quants as the pair kernels multiply them, unsigned: element e of a GGUF block.
+  static int unsigned_quant(const BlockQ4_0& w, int e) { return e < kQk / 2 ? w.qs[e] & 0xF : w.qs[e - kQk / 2] >> 4; }
 };
 
 // --- Q8_0 -------------------------------------------------------------------------------------
@@ -187,6 +258,17 @@ struct Q8_0x8 : Q8ActivationKernel {
     multiply_block(q, w.d, x, b, acc);
   }
 
+  INFERCAST_INLINE static void duplicated(const X8& w, __m512i (&q)[8]) {
+    prefetch_part<sizeof(X8), 1>(&w, 0);
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    INFERCAST_UNROLL
+    for (int p = 0; p < 4; ++p) {
+      const __m512i v = _mm512_xor_si512(_mm512_loadu_si512(w.qs[2 * p]), flip);
+      q[2 * p] = first_step_twice(v);
+      q[2 * p + 1] = second_step_twice(v);
+    }
+  }
+
   static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
     const auto* w = reinterpret_cast<const BlockQ8_0*>(c.w + r * c.row_bytes);
     const auto* x = reinterpret_cast<const Act*>(act);
@@ -198,6 +280,8 @@ struct Q8_0x8 : Q8ActivationKernel {
     }
     return sum;
   }
+
+  static int unsigned_quant(const BlockQ8_0& w, int e) { return w.qs[e] + 128; }
 };
 
 // --- Q4_K and Q5_K ---------------------------------------------------------------------------
@@ -447,6 +531,127 @@ void groups(const GemmCall& c, std::size_t r0, std::size_t stride, std::size_t b
 constexpr const char* kX8KernelName = "avx512_x8";
 #include "kernels/x8_rows.inc"
 
+// --- Activation pairs -------------------------------------------------------------------------
+//
+// The Q4_0 and Q8_0 batch kernels: lane 2r holds weight row r against activation row a, lane
+// 2r+1 the same row against a+1, so every lane is one output. The single-row kernel above gives
+// a row two lanes (two steps of four quants) and pays a block's float work (convert, scale, FMA)
+// and its offset for both; at batch 8 that work cost it 30-40% of its time. Here it is paid once
+// per lane, that is once per two activation rows, for a second permute per weight load that the
+// whole batch shares.
+
+// `Chains` dependent vpdpbusd chains per pair: a call with fewer than four pairs in flight
+// splits each pair's eight into two, or they would wait on one another's latency.
+template <class K, int Np, int Chains>
+INFERCAST_INLINE void pair_block(const typename K::X8& w, const ActPairQ8_0* const (&x)[Np], std::size_t b,
+                                 __m512 (&acc)[Np]) {
+  static_assert(Chains == 1 || Chains == 2);
+  __m512i q[8];
+  K::duplicated(w, q);
+  const __m512 dw = row_scales(w.d);
+  INFERCAST_UNROLL
+  for (int p = 0; p < Np; ++p) {
+    const ActPairQ8_0& xa = x[p][b];
+    __m512i dot[Chains];
+    dot[0] = broadcast8(reinterpret_cast<const std::int8_t*>(xa.offset));
+    if constexpr (Chains == 2) dot[1] = _mm512_setzero_si512();
+    INFERCAST_UNROLL
+    for (int k = 0; k < 8; ++k) dot[k % Chains] = _mm512_dpbusd_epi32(dot[k % Chains], q[k], broadcast8(xa.qs[k][0]));
+    if constexpr (Chains == 2) dot[0] = _mm512_add_epi32(dot[0], dot[1]);
+    const __m512 da = _mm512_castsi512_ps(broadcast8(reinterpret_cast<const std::int8_t*>(xa.d)));
+    acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[0]), _mm512_mul_ps(dw, da), acc[p]);
+  }
+}
+
+// Ng groups of eight rows against Np pairs of activation rows from pair p0.
+template <class K, int Ng, int Np>
+void pair_groups(const GemmCall& c, std::size_t r0, std::size_t stride, std::size_t p0) {
+  const typename K::X8* w[Ng];
+  for (int g = 0; g < Ng; ++g) w[g] = reinterpret_cast<const typename K::X8*>(c.w + (r0 + g * stride) * c.row_bytes);
+  const ActPairQ8_0* x[Np];
+  for (int p = 0; p < Np; ++p) x[p] = reinterpret_cast<const ActPairQ8_0*>(c.packed + (p0 + p) * act_pair_row(c.cols));
+  __m512 acc[Ng][Np];
+  for (auto& row : acc) {
+    for (auto& v : row) v = _mm512_setzero_ps();
+  }
+  for (std::size_t b = 0; b < c.cols / kQk; ++b) {
+    INFERCAST_UNROLL
+    for (int g = 0; g < Ng; ++g) pair_block<K, Np, (Ng * Np >= 4 ? 1 : 2)>(w[g][b], x, b, acc[g]);
+  }
+  const __m512i split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int g = 0; g < Ng; ++g) {
+    for (int p = 0; p < Np; ++p) {
+      const __m512 v = _mm512_permutexvar_ps(split, acc[g][p]);
+      const std::size_t a = 2 * (p0 + p);
+      float* y = c.y + a * c.ldy + r0 + g * stride;
+      _mm256_storeu_ps(y, _mm512_castps512_ps256(v));
+      if (a + 1 < c.batch) _mm256_storeu_ps(y + c.ldy, _mm512_extractf32x8_ps(v, 1));
+    }
+  }
+}
+
+// Row r against activation row j of a pair, in the GGUF layout (the rows past the last group).
+template <class K>
+float pair_tail(const GemmCall& c, std::size_t r, const ActPairQ8_0* x, std::size_t j) {
+  using Block = std::conditional_t<std::is_same_v<K, Q4_0x8>, BlockQ4_0, BlockQ8_0>;
+  const auto* w = reinterpret_cast<const Block*>(c.w + r * c.row_bytes);
+  float sum = 0;
+  for (std::size_t b = 0; b < c.cols / kQk; ++b) {
+    int isum = x[b].offset[j];
+    for (int e = 0; e < kQk; ++e) isum += K::unsigned_quant(w[b], e) * x[b].qs[e / 4][j][e % 4];
+    sum += static_cast<float>(isum) * (_cvtsh_ss(w[b].d) * x[b].d[j]);
+  }
+  return sum;
+}
+
+// As rows_x8: up to two pairs take two groups at once from the two halves of the thread's rows;
+// more go through in chunks that stay in L2, kMaxPairs at a time.
+template <class K>
+void rows_pairs(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t*) {
+  constexpr std::size_t kMaxPairs = 8;
+  const std::size_t pairs = (c.batch + 1) / 2;
+  const std::size_t row = act_pair_row(c.cols);
+  const std::size_t full = std::min(end, c.rows / kR * kR);
+  if (pairs <= 2) {
+    const std::size_t groups_here = full > begin ? (full - begin) / kR : 0;
+    const std::size_t half = groups_here / 2 * kR;
+    prefetch_head(c.w + begin * c.row_bytes, half * c.row_bytes);
+    prefetch_head(c.w + (begin + half) * c.row_bytes, (full - begin - half) * c.row_bytes);
+    for (std::size_t r = begin; r < begin + half; r += kR) {
+      if (pairs == 1) pair_groups<K, 2, 1>(c, r, half, 0);
+      else pair_groups<K, 2, 2>(c, r, half, 0);
+    }
+    if (groups_here % 2 == 1) {
+      if (pairs == 1) pair_groups<K, 1, 1>(c, full - kR, 0, 0);
+      else pair_groups<K, 1, 2>(c, full - kR, 0, 0);
+    }
+  } else {
+    const std::size_t chunk = std::max(kMaxPairs, (std::size_t{256} << 10) / row / kMaxPairs * kMaxPairs);
+    for (std::size_t p0 = 0; p0 < pairs; p0 += chunk) {
+      const std::size_t p1 = std::min(pairs, p0 + chunk);
+      for (std::size_t r = begin; r < full; r += kR) {
+        std::size_t p = p0;
+        for (; p + kMaxPairs <= p1; p += kMaxPairs) pair_groups<K, 1, kMaxPairs>(c, r, 0, p);
+        if constexpr (kMaxPairs > 4) {
+          for (; p + 4 <= p1; p += 4) pair_groups<K, 1, 4>(c, r, 0, p);
+        }
+        for (; p + 2 <= p1; p += 2) pair_groups<K, 1, 2>(c, r, 0, p);
+        if (p < p1) pair_groups<K, 1, 1>(c, r, 0, p);
+      }
+    }
+  }
+  for (std::size_t r = std::max(begin, full); r < end; ++r) {
+    for (std::size_t a = 0; a < c.batch; ++a) {
+      c.y[a * c.ldy + r] = pair_tail<K>(c, r, reinterpret_cast<const ActPairQ8_0*>(c.packed + a / 2 * row), a % 2);
+    }
+  }
+}
+
+const std::array kPairKernels = {
+    GemmKernel{"avx512_x8_pairs", GgmlType::q4_0, packed_pairs, pack_pairs<Q4_0x8::kOffset>, 2, rows_pairs<Q4_0x8>, kR, nullptr},
+    GemmKernel{"avx512_x8_pairs", GgmlType::q8_0, packed_pairs, pack_pairs<Q8_0x8::kOffset>, 2, rows_pairs<Q8_0x8>, kR, nullptr},
+};
+
 const std::array kKernels = {
     x8_kernel<Q4_0x8>(GgmlType::q4_0, packed_q8_0, pack_q8_0<Q4_0x8::kOffset>),
     x8_kernel<Q8_0x8>(GgmlType::q8_0, packed_q8_0, pack_q8_0<Q8_0x8::kOffset>),
@@ -457,6 +662,9 @@ const std::array kKernels = {
 
 }  // namespace
 
-const GemmKernel* avx512_x8_gemm_kernel(GgmlType type) { return find_x8_kernel(kKernels, type); }
+const GemmKernel* avx512_x8_gemm_kernel(GgmlType type, std::size_t batch) {
+  const GemmKernel* pairs = batch >= kPairMinBatch ? find_x8_kernel(kPairKernels, type) : nullptr;
+  return pairs != nullptr ? pairs : find_x8_kernel(kKernels, type);
+}
 
 }  // namespace infercast

@@ -11,6 +11,7 @@
 
 #include "kernels/formats.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_kernels.h"
 #include "kernels/interleave.h"
 #include "probes/error.h"
 #include "probes/random.h"
@@ -196,9 +197,12 @@ TEST(Interleave, EachLayoutGoesToItsOwnKernels) {
   }
   if (max_supported_level(host_cpu()) >= IsaLevel::avx512) {
     // VNNI has its own interleaved kernels for every interleaved format; CPUs without VNNI keep AVX2's.
-    const std::string x8 = host_cpu().avx512_vnni ? "avx512_x8" : "avx2_x8";
+    // Q4_0 and Q8_0 batches take their activation rows in pairs.
+    const bool vnni = host_cpu().avx512_vnni;
     for (GgmlType t : interleaved_formats()) {
-      for (std::size_t batch : {1U, 4U, 64U, 512U}) {
+      const bool pairs = vnni && (t == GgmlType::q4_0 || t == GgmlType::q8_0);
+      for (std::size_t batch : {1U, 2U, 4U, 64U, 512U}) {
+        const std::string x8 = !vnni ? "avx2_x8" : pairs && batch >= kPairMinBatch ? "avx512_x8_pairs" : "avx512_x8";
         EXPECT_EQ(GemmContext(1, IsaLevel::avx512).kernel_name(t, batch, 4096, WeightLayout::interleaved8), x8) << format_info(t).name;
       }
     }
