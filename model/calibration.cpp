@@ -16,6 +16,7 @@
 #include "engine/run.h"
 #include "kernels/formats.h"
 #include "kernels/measure.h"
+#include "probes/bandwidth.h"
 #include "probes/error.h"
 #include "probes/stats.h"
 #include "probes/units.h"
@@ -125,6 +126,34 @@ double Calibration::seconds_per_call(GgmlType type, double batch) const {
   return interpolate(curve(*this, type), batch, &CurvePoint::seconds_per_call);
 }
 
+double Calibration::curve_read(GgmlType type) const {
+  const auto it = curve_read_gbs.find(type);
+  return it != curve_read_gbs.end() && it->second > 0 ? it->second : dram_read_gbs;
+}
+
+double Calibration::typical_curve_read() const {
+  std::vector<double> reads;
+  for (const auto& [type, gbs] : curve_read_gbs) {
+    if (gbs > 0) reads.push_back(gbs);
+  }
+  return reads.empty() ? dram_read_gbs : median_of(reads);
+}
+
+Calibration Calibration::at_read(double gbs) const {
+  if (!(gbs > 0) || !std::isfinite(gbs)) throw UsageError("a calibration can only be scaled to a positive DRAM read");
+  Calibration out = *this;
+  for (auto& [type, points] : out.curves) {
+    const double then = curve_read(type);
+    if (!(then > 0)) continue;  // nothing to scale from
+    for (auto& p : points) {
+      const double memory = std::min(1.0, 1e-9 / then / p.seconds_per_byte);  // the read's share of the time per byte
+      p.seconds_per_byte *= 1.0 - memory + memory * then / gbs;
+    }
+    out.curve_read_gbs[type] = gbs;
+  }
+  return out;
+}
+
 CurvePoint split_point(double batch, ShapeTime long_rows, ShapeTime short_rows, ShapeTime small, const std::string& kernel) {
   const auto rows_long = static_cast<double>(kLongRows[0]);
   const auto rows_short = static_cast<double>(kShortRows[0]);
@@ -144,9 +173,9 @@ CurvePoint split_point(double batch, ShapeTime long_rows, ShapeTime short_rows, 
   return p;
 }
 
-void measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double min_time, const CalibrationProgress& progress) {
+void measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double min_time, const CalibrationProgress& progress,
+                    std::uint64_t read_bytes) {
   KernelSweepOptions sweep;
-  sweep.formats = formats;
   sweep.levels = {active_level()};
   // The batched kernels work in passes (AVX-512: four activation rows; AMX: tiles of sixteen),
   // so their time is a staircase in the batch. Sampled at the steps' edges, straight lines
@@ -159,24 +188,31 @@ void measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double
   sweep.footprint_bytes = c.footprint_bytes;
   Ceilings ceilings;
   ceilings.dram_read_gbs = c.dram_read_gbs;
-  const auto points = run_kernel_sweep(sweep, ceilings, [&](const std::string& what, double f) {
-    if (progress) progress(what, f);
-  });
-  for (GgmlType t : formats) c.curves[t].clear();
   std::vector<double> cvs;
-  for (const auto& p : points) {
-    cvs.push_back(p.cv);
-    if (p.shape.rows != kLongRows[0]) continue;
-    const auto at = [&](std::size_t rows) {
-      for (const auto& q : points) {
-        if (q.type == p.type && q.batch == p.batch && q.shape.rows == rows) return ShapeTime{static_cast<double>(q.weight_bytes), q.seconds};
-      }
-      throw std::logic_error("sweep point missing");
-    };
-    c.curves[p.type].push_back(split_point(static_cast<double>(p.batch), at(kLongRows[0]), at(kShortRows[0]), at(kSmall[0]), p.kernel));
-  }
-  for (GgmlType t : formats) {
+  const double share = 1.0 / static_cast<double>(std::max<std::size_t>(formats.size(), 1));
+  for (std::size_t i = 0; i < formats.size(); ++i) {
+    const GgmlType t = formats[i];
+    // One format at a time between two reads: the read its curve stands for (see curve_read_gbs).
+    const double before = measure_dram_read_gbs(c.threads, active_level(), read_bytes);
+    sweep.formats = {t};
+    const auto points = run_kernel_sweep(sweep, ceilings, [&](const std::string& what, double f) {
+      if (progress) progress(what, share * (static_cast<double>(i) + f));
+    });
+    const double after = measure_dram_read_gbs(c.threads, active_level(), read_bytes);
+    c.curve_read_gbs[t] = 0.5 * (before + after);
     auto& list = c.curves[t];
+    list.clear();
+    for (const auto& p : points) {
+      cvs.push_back(p.cv);
+      if (p.shape.rows != kLongRows[0]) continue;
+      const auto at = [&](std::size_t rows) {
+        for (const auto& q : points) {
+          if (q.batch == p.batch && q.shape.rows == rows) return ShapeTime{static_cast<double>(q.weight_bytes), q.seconds};
+        }
+        throw std::logic_error("sweep point missing");
+      };
+      list.push_back(split_point(static_cast<double>(p.batch), at(kLongRows[0]), at(kShortRows[0]), at(kSmall[0]), p.kernel));
+    }
     std::sort(list.begin(), list.end(), [](const CurvePoint& a, const CurvePoint& b) { return a.batch < b.batch; });
   }
   c.sweep_cv = median_of(cvs);
@@ -300,6 +336,8 @@ nlohmann::json to_json(const Calibration& c) {
   }
   nlohmann::json core = nlohmann::json::object();
   for (const auto& [type, gbs] : c.core_gbs) core[std::string(format_info(type).name)] = gbs;
+  nlohmann::json reads = nlohmann::json::object();
+  for (const auto& [type, gbs] : c.curve_read_gbs) reads[std::string(format_info(type).name)] = gbs;
   nlohmann::json runs = nlohmann::json::array();
   for (const auto& r : c.runs) {
     runs.push_back({{"model", r.model}, {"quant", r.quant}, {"concurrency", r.concurrency}, {"prompt", r.prompt}, {"gen", r.gen},
@@ -312,7 +350,7 @@ nlohmann::json to_json(const Calibration& c) {
   }
   nlohmann::json j = {{"schema", "infercast.calibration/1"}, {"measured_at", c.measured_at}, {"threads", c.threads},
                       {"dram_read_gbs", c.dram_read_gbs}, {"sweep_cv", c.sweep_cv}, {"footprint_bytes", c.footprint_bytes},
-                      {"matrix_residual", c.matrix_residual}, {"curves", curves}, {"core_gbs", core}, {"runs", runs}};
+                      {"matrix_residual", c.matrix_residual}, {"curves", curves}, {"curve_read_gbs", reads}, {"core_gbs", core}, {"runs", runs}};
   if (c.engine) {
     j["engine"] = {{"seconds_per_call", c.engine->seconds_per_call},
                    {"seconds_per_token_layer_dim", c.engine->seconds_per_token_layer_dim},
@@ -350,6 +388,12 @@ Calibration calibration_from_json(const nlohmann::json& j) {
     // Named copies: a range-for over a temporary's items() would read a destroyed object.
     const nlohmann::json core = j.value("core_gbs", nlohmann::json::object());
     for (const auto& [name, gbs] : core.items()) c.core_gbs[type_from_name(name)] = gbs.get<double>();
+    const nlohmann::json reads = j.value("curve_read_gbs", nlohmann::json::object());
+    for (const auto& [name, gbs] : reads.items()) {
+      const double v = gbs.get<double>();
+      if (!(v > 0)) throw UsageError(fmt::format("curve_read_gbs of {} is not positive", name));
+      c.curve_read_gbs[type_from_name(name)] = v;
+    }
     const nlohmann::json runs = j.value("runs", nlohmann::json::array());
     for (const auto& r : runs) {
       c.runs.push_back({r.at("model").get<std::string>(), r.at("quant").get<std::string>(), r.at("concurrency").get<int>(),
@@ -415,6 +459,9 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
   const double sweep_share = o.engine ? 0.45 : 0.9;
   measure_curves(c, {weight_formats().begin(), weight_formats().end()}, o.min_time,
                  [&](const std::string& what, double f) { report("kernels " + what, sweep_share * f); });
+  // Every curve to one read, the median of those around the formats' sweeps: formats measured
+  // a minute apart on a drifting host then compare as they would at one moment.
+  c = c.at_read(c.typical_curve_read());
 
   // 2. One core, weights in cache: the decode rate compute alone allows.
   Ceilings ceilings;

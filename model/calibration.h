@@ -89,6 +89,9 @@ struct CalibrationRun {
 // thirteenth session), so it only sets the band.
 double curve_matrix_residual(const std::vector<CalibrationRun>& runs);
 
+// The buffer the reads around each sweep stream: several times any last-level cache.
+inline constexpr std::uint64_t kCurveReadBytes = std::uint64_t{256} << 20;
+
 struct Calibration {
   std::string measured_at;
   unsigned threads = 0;
@@ -98,6 +101,11 @@ struct Calibration {
   // cache); validate's refreshes use the same.
   std::uint64_t footprint_bytes = 0;
   std::map<GgmlType, std::vector<CurvePoint>> curves;
+  // The DRAM read the curve of each format stands for: measured just before and after its
+  // sweep (their mean), or the one at_read scaled it to. A shared host's read moves: this one
+  // went between 31 and 59 GB/s from minute to minute, and one sweep put BF16 at 48 GB/s and
+  // F16, the same bytes, at 33. Absent in older calibrations (dram_read_gbs stands in).
+  std::map<GgmlType, double> curve_read_gbs;
   std::map<GgmlType, double> core_gbs;
   std::optional<EngineOverheads> engine;
   // Relative RMS of the curves' matrix time against the engine's measured matrix time over the
@@ -118,6 +126,14 @@ struct Calibration {
   [[nodiscard]] double product_seconds(GgmlType type, double bytes, double rows, double batch, double calls = 1) const {
     return calls * seconds_per_call(type, batch) + bytes * seconds_per_byte(type, batch) + rows * seconds_per_row(type, batch);
   }
+  [[nodiscard]] double curve_read(GgmlType type) const;
+  // This calibration as its sweeps would have measured at a DRAM read of `gbs`: in each curve
+  // point, the share of the time per byte that the read itself accounts for (all of it for a
+  // kernel at or above the read) scales by curve_read / gbs; the rest (decoding, compute), the
+  // per-row and the per-call times stay. Throws UsageError unless gbs > 0.
+  [[nodiscard]] Calibration at_read(double gbs) const;
+  // The median of the curves' reads (dram_read_gbs when there are none).
+  [[nodiscard]] double typical_curve_read() const;
   // Relative uncertainty of a forecast made from this calibration (about two standard errors)
   // for a step of `matrix_seconds` in products and `other_seconds` in the rest: each part
   // carries the error its model showed on the calibration runs, plus the sweep's noise.
@@ -160,7 +176,10 @@ struct CalibrationOptions {
 // Measures (or measures again) the curves of `formats` at the calibration's thread count and
 // footprint, replacing theirs. `validate` refreshes the formats of each model just before running it, so
 // the drift of a shared machine between calibration and validation stays out of the error.
-void measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double min_time, const CalibrationProgress& progress = {});
+// Each format's sweep is bracketed by two DRAM reads (curve_read_gbs); `read_bytes` is the
+// buffer they stream (tests pass a small one).
+void measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double min_time, const CalibrationProgress& progress = {},
+                    std::uint64_t read_bytes = kCurveReadBytes);
 
 // Runs the sweep and the calibration models. `dram_read_gbs` comes from the probe profile.
 Calibration calibrate(const CalibrationOptions& options, double dram_read_gbs, const CalibrationProgress& progress = {});

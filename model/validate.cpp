@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -15,6 +16,8 @@
 #include "engine/model.h"
 #include "engine/run.h"
 #include "model/forecast.h"
+#include "probes/bandwidth.h"
+#include "probes/cpu_features.h"
 #include "probes/error.h"
 #include "probes/topology.h"
 #include "probes/units.h"
@@ -104,6 +107,7 @@ struct RowSamples {
   std::vector<double> decode, decode_low, decode_high;
   std::vector<double> prefill, prefill_low, prefill_high;
   std::vector<double> matrix, measured_matrix, other, measured_other;
+  std::vector<double> read, curve_read, decode_at_curve_read, prefill_at_curve_read;
 
   // One phase's figures from one pass: predicted, measured and the band.
   static std::tuple<double, double, double, double> phase(const std::vector<double>& predicted,
@@ -122,6 +126,14 @@ std::vector<GgmlType> formats_of(const std::vector<const PlannedModel*>& models)
     }
   }
   return types;
+}
+
+// The format of most of a model's bytes: the one whose read its decode follows.
+GgmlType largest_format(const WeightInventory& inventory) {
+  std::map<GgmlType, double> bytes;
+  for (const auto& m : inventory.matrices) bytes[m.type] += static_cast<double>(m.bytes());
+  if (bytes.empty()) throw UsageError("a validated model has no weight matrices");
+  return std::max_element(bytes.begin(), bytes.end(), [](const auto& a, const auto& b) { return a.second < b.second; })->first;
 }
 
 }  // namespace
@@ -163,21 +175,19 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
   // then costs one sample of several rows instead of every sample of one (seen here: a C=1 row
   // measured at half its C=2 row's rate, and two prefill rows 30% slow beside a third).
   std::vector<RowSamples> samples(planned.size() * o.concurrencies.size());
-  const auto fitted = measured_performance(c);
+  const IsaLevel level = active_level();
   for (int pass = 0; pass < o.repeats; ++pass) {
     for (std::size_t q = 0; q < o.quants.size(); ++q) {
       std::vector<const PlannedModel*> group;
       for (std::size_t m : pass_order(o.models.size(), pass)) group.push_back(&planned[q * o.models.size() + m]);
       // The curves of this format's matrices measured again just before its runs (the engine
       // overheads stay as fitted): the machine drifts between calibration and validation.
-      std::unique_ptr<Performance> refreshed;
+      Calibration current = c;
       if (o.refresh_kernels) {
-        Calibration local = c;
         report_progress(fmt::format("kernel curves for {}, pass {}", o.quants[q], pass + 1));
-        measure_curves(local, formats_of(group), o.refresh_min_time);
-        refreshed = measured_performance(local);
+        measure_curves(current, formats_of(group), o.refresh_min_time, {}, o.read_bytes);
       }
-      const Performance& perf = refreshed ? *refreshed : *fitted;
+      const auto as_swept = measured_performance(current);
       for (const PlannedModel* pm : group) {
         const Model model = Model::load(pm->path);
         const auto index = static_cast<std::size_t>(pm - planned.data());
@@ -189,12 +199,20 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
           r.concurrency = conc;
           r.prompt_tokens = o.prompt;
           r.gen_tokens = o.gen;
+          const double read_before = measure_dram_read_gbs(o.threads, level, o.read_bytes);
           const RunReport measured = run_model(model, r, nullptr);
+          const double read = 0.5 * (read_before + measure_dram_read_gbs(o.threads, level, o.read_bytes));
           Workload load;
           load.prompt = o.prompt;
           load.gen = o.gen;
-          const ForecastRow f = forecast_row(pm->arch, pm->inventory, perf, load, conc, static_cast<double>(available_memory_bytes()));
+          const auto memory = static_cast<double>(available_memory_bytes());
+          const ForecastRow f = forecast_row(pm->arch, pm->inventory, *measured_performance(current.at_read(read)), load, conc, memory);
+          const ForecastRow plain = forecast_row(pm->arch, pm->inventory, *as_swept, load, conc, memory);
           RowSamples& s = samples[index * o.concurrencies.size() + ci];
+          s.read.push_back(read);
+          s.curve_read.push_back(current.curve_read(largest_format(pm->inventory)));
+          s.decode_at_curve_read.push_back(plain.decode_tps);
+          s.prefill_at_curve_read.push_back(plain.prefill_tps);
           s.measured_decode.push_back(measured.decode_tps);
           s.measured_prefill.push_back(measured.prefill_tps);
           s.decode.push_back(f.decode_tps);
@@ -239,7 +257,12 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
     row.measured_step_matrix_seconds = s.measured_matrix[d];
     row.predicted_step_other_seconds = s.other[d];
     row.measured_step_other_seconds = s.measured_other[d];
+    row.read_gbs = s.read[d];
+    row.curve_read_gbs = s.curve_read[d];
+    row.predicted_decode_tps_at_curve_read = s.decode_at_curve_read[d];
+    row.predicted_prefill_tps_at_curve_read = s.prefill_at_curve_read[p];
     report.worst_decode_error = std::max(report.worst_decode_error, std::abs(row.decode_error()));
+    report.worst_decode_error_at_curve_read = std::max(report.worst_decode_error_at_curve_read, std::abs(row.decode_error_at_curve_read()));
     report.worst_prefill_error = std::max(report.worst_prefill_error, std::abs(row.prefill_error()));
     report.rows.push_back(row);
   }

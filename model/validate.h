@@ -39,6 +39,11 @@ struct ValidateOptions {
   bool refresh_kernels = true;
   double refresh_min_time = 0.25;
   std::uint64_t seed = 11;
+  // Each run is bracketed by two DRAM reads of this many bytes, and its forecast made at their
+  // mean (Calibration::at_read): a roofline forecast takes the bandwidth as an input, and a
+  // shared host's moves between the curves and the run. The forecast at the curves' own read
+  // is reported beside it.
+  std::uint64_t read_bytes = kCurveReadBytes;
 };
 
 struct ValidationRow {
@@ -65,6 +70,15 @@ struct ValidationRow {
   double measured_step_matrix_seconds = 0;
   double predicted_step_other_seconds = 0;
   double measured_step_other_seconds = 0;
+  // The DRAM read around the decode pass's run (the forecast above is made at it), and the
+  // forecast of that pass at the read its curves were measured at instead.
+  double read_gbs = 0;
+  double curve_read_gbs = 0;
+  double predicted_decode_tps_at_curve_read = 0;
+  double predicted_prefill_tps_at_curve_read = 0;
+  [[nodiscard]] double decode_error_at_curve_read() const {
+    return (predicted_decode_tps_at_curve_read - measured_decode_tps) / measured_decode_tps;
+  }
   [[nodiscard]] double decode_error() const { return (predicted_decode_tps - measured_decode_tps) / measured_decode_tps; }
   [[nodiscard]] double prefill_error() const { return (predicted_prefill_tps - measured_prefill_tps) / measured_prefill_tps; }
   [[nodiscard]] bool decode_in_band() const { return measured_decode_tps >= decode_low && measured_decode_tps <= decode_high; }
@@ -75,6 +89,7 @@ struct ValidationReport {
   std::vector<ValidationRow> rows;
   double worst_decode_error = 0;   // largest |relative error|
   double worst_prefill_error = 0;
+  double worst_decode_error_at_curve_read = 0;  // the forecasts at their curves' read
 };
 
 // Throws UsageError when a model, format or concurrency of the plan is one the calibration was

@@ -193,6 +193,33 @@ TEST(Cost, ReproducesThePublishedBenefitRatios) {
   EXPECT_THROW(hourly_cost(CostInputs{}), UsageError);
 }
 
+// A curve measured while the read was R stands for another read R' by the share of its time the
+// read accounts for: all of it at or above the read, a tenth for a kernel ten times slower.
+TEST(Calibration, ScalesToAnotherReadByTheReadsShareOfTheTime) {
+  Calibration c = synthetic_calibration(20, 0.0);
+  c.curves[GgmlType::q4_0] = {{1, 1 / 25e9, 2e-9, 3e-6, "x"}, {64, 10 / 20e9, 4e-9, 5e-6, "x"}};
+  c.curve_read_gbs[GgmlType::q4_0] = 20;
+  c.curve_read_gbs[GgmlType::q8_0] = 40;
+  c.curve_read_gbs[GgmlType::q6_k] = 30;
+  EXPECT_DOUBLE_EQ(c.typical_curve_read(), 30);
+  const Calibration at40 = c.at_read(40);
+  // Above the read (25 GB/s against 20): all of it scales, to 50.
+  EXPECT_NEAR(at40.seconds_per_byte(GgmlType::q4_0, 1), 1 / 50e9, 1e-24);
+  // A tenth of the read's speed: 0.9 stays, 0.1 halves.
+  EXPECT_NEAR(at40.seconds_per_byte(GgmlType::q4_0, 64), 10 / 20e9 * 0.95, 1e-22);
+  EXPECT_DOUBLE_EQ(at40.seconds_per_row(GgmlType::q4_0, 64), 4e-9);
+  EXPECT_DOUBLE_EQ(at40.seconds_per_call(GgmlType::q4_0, 1), 3e-6);
+  // Measured at 40 already: unchanged. Without a read of its own: the profile's (20).
+  EXPECT_DOUBLE_EQ(at40.seconds_per_byte(GgmlType::q8_0, 1), c.seconds_per_byte(GgmlType::q8_0, 1));
+  EXPECT_NEAR(at40.seconds_per_byte(GgmlType::f16, 1), 0.5 / 20e9, 1e-24);
+  for (const auto& [type, gbs] : at40.curve_read_gbs) EXPECT_DOUBLE_EQ(gbs, 40) << format_info(type).name;
+  EXPECT_EQ(at40.curve_read_gbs.size(), c.curves.size());
+  // Back again: the same curves.
+  EXPECT_NEAR(at40.at_read(20).seconds_per_byte(GgmlType::q4_0, 64), c.seconds_per_byte(GgmlType::q4_0, 64), 1e-22);
+  EXPECT_THROW((void)c.at_read(0), UsageError);
+  EXPECT_THROW((void)c.at_read(std::nan("")), UsageError);
+}
+
 TEST(Calibration, InterpolatesExtendsAndRoundTrips) {
   Calibration c = synthetic_calibration(20, 0.1);
   const double b1 = 1 / 20e9;
@@ -207,6 +234,13 @@ TEST(Calibration, InterpolatesExtendsAndRoundTrips) {
   const Calibration back = calibration_from_json(to_json(c));
   EXPECT_DOUBLE_EQ(back.seconds_per_byte(GgmlType::q8_0, 100), c.seconds_per_byte(GgmlType::q8_0, 100));
   EXPECT_EQ(back.footprint_bytes, c.footprint_bytes);  // validate's refreshes sweep the same bytes
+  EXPECT_DOUBLE_EQ(back.curve_read(GgmlType::q4_0), 20);  // none recorded: the profile's read
+  c.curve_read_gbs[GgmlType::q4_0] = 31.5;
+  EXPECT_DOUBLE_EQ(calibration_from_json(to_json(c)).curve_read(GgmlType::q4_0), 31.5);
+  nlohmann::json zero_read = to_json(c);
+  zero_read["curve_read_gbs"]["Q4_0"] = 0.0;
+  EXPECT_THROW(calibration_from_json(zero_read), UsageError);
+  c.curve_read_gbs.clear();
   ASSERT_TRUE(back.engine);
   EXPECT_DOUBLE_EQ(back.engine->seconds_per_call, 10e-6);
   ASSERT_EQ(back.runs.size(), 1U);
@@ -472,12 +506,14 @@ TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
   o.gen = 4;
   o.repeats = 2;
   o.refresh_kernels = false;  // the synthetic curves stay: the test checks the loop, not the machine
+  o.read_bytes = std::uint64_t{4} << 20;
   const ValidationReport r = validate_forecast(o, c);
   ASSERT_EQ(r.rows.size(), 8U);
   // Reported in plan order (format, model, concurrency) although the second pass ran the
   // models the other way round.
   const std::vector<std::string> models{"tiny", "tiny", "tinier", "tinier", "tiny", "tiny", "tinier", "tinier"};
   double worst = 0;
+  double worst_at_curves = 0;
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const auto& row = r.rows[i];
     EXPECT_EQ(row.model, models[i]);
@@ -503,8 +539,15 @@ TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
     EXPECT_NEAR(row.decode_error(), row.decode_pass_errors[static_cast<std::size_t>(row.decode_pass)], 1e-12);
     EXPECT_NEAR(row.prefill_error(), row.prefill_pass_errors[static_cast<std::size_t>(row.prefill_pass)], 1e-12);
     worst = std::max(worst, std::abs(row.decode_error()));
+    // Made at the read around the run: faster than the curves' own read gives exactly when the
+    // run's read was higher than theirs.
+    EXPECT_GT(row.read_gbs, 0);
+    EXPECT_DOUBLE_EQ(row.curve_read_gbs, 20);
+    EXPECT_EQ(row.predicted_decode_tps > row.predicted_decode_tps_at_curve_read, row.read_gbs > row.curve_read_gbs);
+    worst_at_curves = std::max(worst_at_curves, std::abs(row.decode_error_at_curve_read()));
   }
   EXPECT_DOUBLE_EQ(r.worst_decode_error, worst);
+  EXPECT_DOUBLE_EQ(r.worst_decode_error_at_curve_read, worst_at_curves);
   EXPECT_FALSE(std::filesystem::exists(o.work_dir + "/tiny-Q8_0-s11.gguf"));  // not kept
   EXPECT_FALSE(std::filesystem::exists(o.work_dir + "/tinier-Q4_0-s11.gguf"));
   std::filesystem::remove_all(o.work_dir);
