@@ -173,8 +173,8 @@ CurvePoint split_point(double batch, ShapeTime long_rows, ShapeTime short_rows, 
   return p;
 }
 
-void measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double min_time, const CalibrationProgress& progress,
-                    std::uint64_t read_bytes) {
+std::vector<double> measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double min_time,
+                                   const CalibrationProgress& progress, std::uint64_t read_bytes) {
   KernelSweepOptions sweep;
   sweep.levels = {active_level()};
   // The batched kernels work in passes (AVX-512: four activation rows; AMX: tiles of sixteen),
@@ -189,6 +189,7 @@ void measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double
   Ceilings ceilings;
   ceilings.dram_read_gbs = c.dram_read_gbs;
   std::vector<double> cvs;
+  std::vector<double> reads;
   const double share = 1.0 / static_cast<double>(std::max<std::size_t>(formats.size(), 1));
   for (std::size_t i = 0; i < formats.size(); ++i) {
     const GgmlType t = formats[i];
@@ -200,6 +201,8 @@ void measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double
     });
     const double after = measure_dram_read_gbs(c.threads, active_level(), read_bytes);
     c.curve_read_gbs[t] = 0.5 * (before + after);
+    reads.push_back(before);
+    reads.push_back(after);
     auto& list = c.curves[t];
     list.clear();
     for (const auto& p : points) {
@@ -216,15 +219,17 @@ void measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double
     std::sort(list.begin(), list.end(), [](const CurvePoint& a, const CurvePoint& b) { return a.batch < b.batch; });
   }
   c.sweep_cv = median_of(cvs);
+  return reads;
 }
 
-double Calibration::relative_band(double matrix_seconds, double other_seconds) const {
+double Calibration::relative_band(double matrix_seconds, double other_seconds, double memory_seconds) const {
   const double total = matrix_seconds + other_seconds;
   if (!(total > 0)) return 0.05;
   const double fit = engine ? engine->residual : 0.0;
   const double m = matrix_seconds * matrix_residual / total;
   const double o = other_seconds * fit / total;
-  return std::max(0.05, 2.0 * std::sqrt(m * m + o * o + sweep_cv * sweep_cv));
+  const double r = std::clamp(memory_seconds, 0.0, total) * read_cv / total;
+  return std::max(0.05, 2.0 * std::sqrt(m * m + o * o + r * r + sweep_cv * sweep_cv));
 }
 
 StepWork decode_work(const Architecture& a, double batch, double context, double kv_element_bytes) {
@@ -349,7 +354,7 @@ nlohmann::json to_json(const Calibration& c) {
                     {"decode_curve_seconds_per_step", r.decode_curve_seconds_per_step}});
   }
   nlohmann::json j = {{"schema", "infercast.calibration/1"}, {"measured_at", c.measured_at}, {"threads", c.threads},
-                      {"dram_read_gbs", c.dram_read_gbs}, {"sweep_cv", c.sweep_cv}, {"footprint_bytes", c.footprint_bytes},
+                      {"dram_read_gbs", c.dram_read_gbs}, {"sweep_cv", c.sweep_cv}, {"read_cv", c.read_cv}, {"footprint_bytes", c.footprint_bytes},
                       {"matrix_residual", c.matrix_residual}, {"curves", curves}, {"curve_read_gbs", reads}, {"core_gbs", core}, {"runs", runs}};
   if (c.engine) {
     j["engine"] = {{"seconds_per_call", c.engine->seconds_per_call},
@@ -369,6 +374,8 @@ Calibration calibration_from_json(const nlohmann::json& j) {
     c.threads = j.at("threads").get<unsigned>();
     c.dram_read_gbs = j.at("dram_read_gbs").get<double>();
     c.sweep_cv = j.value("sweep_cv", 0.0);
+    c.read_cv = j.value("read_cv", 0.0);
+    if (!(c.read_cv >= 0) || !std::isfinite(c.read_cv)) throw UsageError("read_cv is not a non-negative number");
     c.footprint_bytes = j.value("footprint_bytes", std::uint64_t{0});
     c.matrix_residual = j.value("matrix_residual", 0.0);
     for (const auto& [name, points] : j.at("curves").items()) {
@@ -457,8 +464,9 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
 
   // 1. The kernel sweep: every weight format, weights from DRAM.
   const double sweep_share = o.engine ? 0.45 : 0.9;
-  measure_curves(c, {weight_formats().begin(), weight_formats().end()}, o.min_time,
-                 [&](const std::string& what, double f) { report("kernels " + what, sweep_share * f); });
+  const std::vector<double> reads = measure_curves(c, {weight_formats().begin(), weight_formats().end()}, o.min_time,
+                                                   [&](const std::string& what, double f) { report("kernels " + what, sweep_share * f); });
+  c.read_cv = reads.size() > 1 ? summarize_rates(reads).cv : 0.0;
   // Every curve to one read, the median of those around the formats' sweeps: formats measured
   // a minute apart on a drifting host then compare as they would at one moment.
   c = c.at_read(c.typical_curve_read());

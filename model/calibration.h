@@ -97,6 +97,10 @@ struct Calibration {
   unsigned threads = 0;
   double dram_read_gbs = 0;
   double sweep_cv = 0;  // median coefficient of variation of the sweep's passes
+  // Coefficient of variation of the DRAM reads taken around the formats' sweeps: how far this
+  // host's bandwidth moves over minutes (0.22 on a shared host here), a part of every
+  // bandwidth-bound forecast's band.
+  double read_cv = 0;
   // Weight bytes each sweep point cycles through (0: the kernels' default, 4x the last-level
   // cache); validate's refreshes use the same.
   std::uint64_t footprint_bytes = 0;
@@ -135,9 +139,11 @@ struct Calibration {
   // The median of the curves' reads (dram_read_gbs when there are none).
   [[nodiscard]] double typical_curve_read() const;
   // Relative uncertainty of a forecast made from this calibration (about two standard errors)
-  // for a step of `matrix_seconds` in products and `other_seconds` in the rest: each part
-  // carries the error its model showed on the calibration runs, plus the sweep's noise.
-  [[nodiscard]] double relative_band(double matrix_seconds, double other_seconds) const;
+  // for a step of `matrix_seconds` in products and `other_seconds` in the rest, of which
+  // `memory_seconds` is the time its bytes take at the read: each part carries the error its
+  // model showed on the calibration runs, the bytes the read's own variation, plus the sweep's
+  // noise.
+  [[nodiscard]] double relative_band(double matrix_seconds, double other_seconds, double memory_seconds) const;
 };
 
 nlohmann::json to_json(const Calibration& c);
@@ -178,8 +184,9 @@ struct CalibrationOptions {
 // the drift of a shared machine between calibration and validation stays out of the error.
 // Each format's sweep is bracketed by two DRAM reads (curve_read_gbs); `read_bytes` is the
 // buffer they stream (tests pass a small one).
-void measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double min_time, const CalibrationProgress& progress = {},
-                    std::uint64_t read_bytes = kCurveReadBytes);
+// Returns every read it took.
+std::vector<double> measure_curves(Calibration& c, const std::vector<GgmlType>& formats, double min_time,
+                                   const CalibrationProgress& progress = {}, std::uint64_t read_bytes = kCurveReadBytes);
 
 // Runs the sweep and the calibration models. `dram_read_gbs` comes from the probe profile.
 Calibration calibrate(const CalibrationOptions& options, double dram_read_gbs, const CalibrationProgress& progress = {});

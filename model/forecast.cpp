@@ -29,8 +29,9 @@ class MeasuredPerformance final : public Performance {
     return infercast::matrix_seconds(c_, a, w, batch, output_batch);
   }
   double other_seconds(const Architecture&, const StepWork& work, double, double) const override { return c_.engine->seconds(work); }
-  double stream_gbs() const override { return c_.dram_read_gbs; }
-  double relative_band(double matrix, double other) const override { return c_.relative_band(matrix, other); }
+  // The read the curves stand for (the probe's in a calibration older than curve_read_gbs).
+  double stream_gbs() const override { return c_.typical_curve_read(); }
+  double relative_band(double matrix, double other, double memory) const override { return c_.relative_band(matrix, other, memory); }
   std::string basis() const override {
     return fmt::format("measured on this machine ({} threads, calibrated {})", c_.threads, c_.measured_at);
   }
@@ -142,9 +143,9 @@ class DescribedPerformance final : public Performance {
   }
 
   double stream_gbs() const override { return stream_; }
-  double relative_band(double matrix, double other) const override {
+  double relative_band(double matrix, double other, double memory) const override {
     // Learned efficiencies carry the spread of the machines they were learned from.
-    return std::max(0.25, ref_.calibration.relative_band(matrix, other));
+    return std::max(0.25, ref_.calibration.relative_band(matrix, other, memory));
   }
   std::string basis() const override {
     return fmt::format("described machine, not measured: bandwidth {}; compute {}", stream_note_, compute_note_);
@@ -263,7 +264,8 @@ ForecastRow forecast_row(const Architecture& a, const WeightInventory& w, const 
   const double matrix = p.matrix_seconds(a, w, b, b);
   const double other = p.other_seconds(a, decode_work(a, b, context, static_cast<double>(load.kv_element_bytes)), kv_bytes, b);
   const double step = matrix + other;
-  const double band = p.relative_band(matrix, other);
+  const double step_bytes = w.step_weight_bytes(a, b) + kv_bytes;
+  const double band = p.relative_band(matrix, other, step_bytes / (p.stream_gbs() * 1e9));
   r.band = band;
   r.decode_matrix_seconds = matrix;
   r.decode_other_seconds = other;
@@ -273,12 +275,14 @@ ForecastRow forecast_row(const Architecture& a, const WeightInventory& w, const 
   r.decode_high = r.decode_tps_per_user * (1 + band);
   const PrefillTime prefill_time = prefill_seconds(a, w, p, load.prompt, kv_per_token);
   const double prefill = prefill_time.matrix + prefill_time.other;
-  const double prefill_band = p.relative_band(prefill_time.matrix, prefill_time.other);
+  // Every 512-token chunk reads the weights once.
+  const double prefill_bytes = std::ceil(load.prompt / kPrefillChunk) * static_cast<double>(w.total_bytes());
+  const double prefill_band = p.relative_band(prefill_time.matrix, prefill_time.other, prefill_bytes / (p.stream_gbs() * 1e9));
   r.prefill_tps = load.prompt / prefill;
   r.prefill_low = r.prefill_tps * (1 - prefill_band);
   r.prefill_high = r.prefill_tps * (1 + prefill_band);
   r.ttft_seconds = prefill;
-  r.step_bytes = w.step_weight_bytes(a, b) + kv_bytes;
+  r.step_bytes = step_bytes;
   r.bandwidth_share = r.step_bytes / (p.stream_gbs() * 1e9) / step;
   r.memory = memory_fit(a, w, load, users, memory_available);
   r.bottleneck = !r.memory.fits() ? "capacity" : r.bandwidth_share >= 0.5 ? "bandwidth" : "compute";

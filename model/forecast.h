@@ -38,8 +38,9 @@ class Performance {
   // Everything else in the step: attention over `kv_bytes` of cache, engine overheads.
   [[nodiscard]] virtual double other_seconds(const Architecture& a, const StepWork& work, double kv_bytes, double batch) const = 0;
   [[nodiscard]] virtual double stream_gbs() const = 0;
-  // The band of a step that spends `matrix_seconds` in products and `other_seconds` elsewhere.
-  [[nodiscard]] virtual double relative_band(double matrix_seconds, double other_seconds) const = 0;
+  // The band of a step that spends `matrix_seconds` in products and `other_seconds` elsewhere,
+  // whose bytes take `memory_seconds` at stream_gbs().
+  [[nodiscard]] virtual double relative_band(double matrix_seconds, double other_seconds, double memory_seconds) const = 0;
   // Where the efficiencies come from, in words.
   [[nodiscard]] virtual std::string basis() const = 0;
 };

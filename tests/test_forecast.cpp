@@ -220,6 +220,38 @@ TEST(Calibration, ScalesToAnotherReadByTheReadsShareOfTheTime) {
   EXPECT_THROW((void)c.at_read(std::nan("")), UsageError);
 }
 
+// The read's own variation widens the band by the share of the step its bytes take at the read:
+// a bandwidth-bound decode by all of it, a compute-bound step by little.
+TEST(Calibration, TheReadsVariationWidensTheBandOfTheBytes) {
+  Calibration c = synthetic_calibration(20, 0.0);
+  c.matrix_residual = 0;
+  c.engine->residual = 0;
+  c.sweep_cv = 0;
+  EXPECT_DOUBLE_EQ(c.relative_band(0.9, 0.1, 0.9), 0.05);  // nothing uncertain: the floor
+  c.read_cv = 0.2;
+  EXPECT_NEAR(c.relative_band(0.9, 0.1, 0.9), 2 * 0.9 * 0.2, 1e-12);
+  EXPECT_NEAR(c.relative_band(0.9, 0.1, 5.0), 2 * 1.0 * 0.2, 1e-12);  // at most the whole step
+  EXPECT_DOUBLE_EQ(c.relative_band(0.9, 0.1, 0.0), 0.05);
+  EXPECT_DOUBLE_EQ(calibration_from_json(to_json(c)).read_cv, 0.2);
+  nlohmann::json negative = to_json(c);
+  negative["read_cv"] = -0.1;
+  EXPECT_THROW(calibration_from_json(negative), UsageError);
+  // A forecast of this machine: decode at batch 1 streams its weights, so its band carries the
+  // read's variation; prefill of a long prompt is compute-bound and carries little of it.
+  const Architecture a = *find_catalog_model("llama-3.1-8b");
+  const WeightInventory w = weight_inventory(a, parse_quantization("Q4_0"));
+  Workload load;
+  load.prompt = 512;
+  load.gen = 128;
+  c.curves[GgmlType::q4_0] = {{1, 1 / 20e9, 0, 0, "x"}, {512, 40 / 20e9, 0, 0, "x"}};
+  Calibration steady = c;
+  steady.read_cv = 0;
+  const ForecastRow moving = forecast_row(a, w, *measured_performance(c), load, 1, 1e12);
+  const ForecastRow still = forecast_row(a, w, *measured_performance(steady), load, 1, 1e12);
+  EXPECT_GT(moving.band, still.band + 0.2);
+  EXPECT_LT((moving.prefill_high - moving.prefill_low) / (still.prefill_high - still.prefill_low), 1.2);
+}
+
 TEST(Calibration, InterpolatesExtendsAndRoundTrips) {
   Calibration c = synthetic_calibration(20, 0.1);
   const double b1 = 1 / 20e9;
