@@ -538,7 +538,8 @@ constexpr const char* kX8KernelName = "avx512_x8";
 // a row two lanes (two steps of four quants) and pays a block's float work (convert, scale, FMA)
 // and its offset for both; at batch 8 that work cost it 30-40% of its time. Here it is paid once
 // per lane, that is once per two activation rows, for a second permute per weight load that the
-// whole batch shares.
+// whole batch shares. On Zen 4 that gained 4-14% at batches 4 to 64 with the weights in cache,
+// and nothing measurable with them in DRAM (docs/PERFORMANCE.md, fifteenth session).
 
 // `Chains` dependent vpdpbusd chains per pair: a call with fewer than four pairs in flight
 // splits each pair's eight into two, or they would wait on one another's latency.
