@@ -333,6 +333,8 @@ struct ValidateArgs {
   int gen = 32;
   int repeats = 3;
   bool no_refresh = false;
+  double settled_read = 0.10;
+  int unsettled_retries = 2;
   bool json = false;
 };
 
@@ -346,8 +348,11 @@ void validate(const ValidateArgs& a) {
   o.gen = a.gen;
   o.repeats = a.repeats;
   o.refresh_kernels = !a.no_refresh;
+  o.settled_read = a.settled_read;
+  o.unsettled_retries = a.unsettled_retries;
   o.keep_models = a.keep;
   o.work_dir = a.work_dir.empty() ? (std::filesystem::temp_directory_path() / "infercast-validate").string() : a.work_dir;
+  check_options(o);
   if (!c) {
     CalibrateArgs ca;
     ca.profile = a.profile;
@@ -371,7 +376,8 @@ void validate(const ValidateArgs& a) {
                       {"predicted_prefill_tps", v.predicted_prefill_tps}, {"measured_prefill_tps", v.measured_prefill_tps},
                       {"prefill_error", v.prefill_error()}, {"prefill_band", {v.prefill_low, v.prefill_high}},
                       {"prefill_in_band", v.prefill_in_band()},
-                      {"read_gbs", v.read_gbs}, {"curve_read_gbs", v.curve_read_gbs},
+                      {"read_gbs", v.read_gbs}, {"read_before_gbs", v.read_before_gbs}, {"read_after_gbs", v.read_after_gbs},
+                      {"reruns", v.reruns}, {"curve_read_gbs", v.curve_read_gbs},
                       {"predicted_decode_tps_at_curve_read", v.predicted_decode_tps_at_curve_read},
                       {"decode_error_at_curve_read", v.decode_error_at_curve_read()},
                       {"predicted_prefill_tps_at_curve_read", v.predicted_prefill_tps_at_curve_read},
@@ -405,12 +411,15 @@ void validate(const ValidateArgs& a) {
                v.decode_in_band() ? "in" : "OUT", v.predicted_prefill_tps, v.measured_prefill_tps, 100 * v.prefill_error(),
                range(v.prefill_pass_errors), v.prefill_in_band() ? "in" : "OUT");
   }
-  fmt::print("\nthe DRAM read: around each decode row's run (its forecast is made at it), and the one its kernel curves stand for,\n"
-             "with the forecast and its error at that read instead\n");
-  fmt::print("  {:<15} {:<7} {:>2} {:>9} {:>11} {:>10} {:>7}\n", "model", "format", "C", "run GB/s", "curves GB/s", "decode fc", "error");
+  fmt::print("\nthe DRAM read before and after each decode row's run (its forecast is made at their mean), the runs repeated\n"
+             "because they differed by more than {:.0f}%, and the read its kernel curves stand for, with the forecast and its error\n"
+             "at that read instead\n", 100 * o.settled_read);
+  fmt::print("  {:<15} {:<7} {:>2} {:>15} {:>7} {:>11} {:>10} {:>7}\n", "model", "format", "C", "run GB/s", "reruns", "curves GB/s",
+             "decode fc", "error");
   for (const auto& v : r.rows) {
-    fmt::print("  {:<15} {:<7} {:>2} {:>9.1f} {:>11.1f} {:>10.2f} {:>+6.1f}%\n", v.model, v.quant, v.concurrency, v.read_gbs,
-               v.curve_read_gbs, v.predicted_decode_tps_at_curve_read, 100 * v.decode_error_at_curve_read());
+    fmt::print("  {:<15} {:<7} {:>2} {:>7.1f}/{:<7.1f} {:>7} {:>11.1f} {:>10.2f} {:>+6.1f}%\n", v.model, v.quant, v.concurrency,
+               v.read_before_gbs, v.read_after_gbs, v.reruns, v.curve_read_gbs, v.predicted_decode_tps_at_curve_read,
+               100 * v.decode_error_at_curve_read());
   }
   fmt::print("\none decode step, forecast / measured (ms): the weight products and the rest\n");
   fmt::print("  {:<15} {:<7} {:>2} {:>17} {:>7} {:>17} {:>7}\n", "model", "format", "C", "products", "error", "rest", "error");
@@ -508,6 +517,10 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--gen", a->gen, "Generated tokens per sequence")->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Passes over every model, format and concurrency; each row reports its pass of median error")->capture_default_str();
   cmd->add_flag("--no-refresh", a->no_refresh, "Do not measure a format's kernel curves again before its models run in each pass");
+  cmd->add_option("--settled-read", a->settled_read,
+                  "Run again a run whose DRAM reads before and after differ by more than this fraction of their mean")
+      ->capture_default_str();
+  cmd->add_option("--unsettled-retries", a->unsettled_retries, "At most this many runs again per run (0-5)")->capture_default_str();
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a, &exit_status] {
     validate(*a);

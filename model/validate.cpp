@@ -33,6 +33,18 @@ std::vector<ValidationModel> validation_models() {
           {"validate-1.5b", llama_shape(20, 2560, 6912, 20, 4, 32000, 2048)}};
 }
 
+void check_options(const ValidateOptions& o) {
+  if (o.models.empty() || o.quants.empty() || o.concurrencies.empty()) throw UsageError("validate needs at least one model, format and concurrency");
+  for (int conc : o.concurrencies) {
+    if (conc < 1 || conc > 64) throw UsageError("--concurrency values must be between 1 and 64");
+  }
+  if (o.prompt < 1 || o.gen < 2) throw UsageError("validate needs --prompt of at least 1 and --gen of at least 2");
+  if (o.repeats < 1 || o.repeats > 15) throw UsageError("--repeats must be between 1 and 15");
+  if (!(o.settled_read >= 0) || o.unsettled_retries < 0 || o.unsettled_retries > 5) {
+    throw UsageError("--settled-read must be a non-negative fraction and --unsettled-retries between 0 and 5");
+  }
+}
+
 void check_held_out(const ValidateOptions& o, const Calibration& c) {
   if (!c.engine) throw UsageError("the calibration has no engine overheads: run `infercast calibrate` first");
   for (const auto& run : c.runs) {
@@ -46,12 +58,7 @@ void check_held_out(const ValidateOptions& o, const Calibration& c) {
       if (conc == run.concurrency) throw UsageError(fmt::format("concurrency {} was fitted on by the calibration; validate must hold it out", conc));
     }
   }
-  if (o.models.empty() || o.quants.empty() || o.concurrencies.empty()) throw UsageError("validate needs at least one model, format and concurrency");
-  for (int conc : o.concurrencies) {
-    if (conc < 1 || conc > 64) throw UsageError("--concurrency values must be between 1 and 64");
-  }
-  if (o.prompt < 1 || o.gen < 2) throw UsageError("validate needs --prompt of at least 1 and --gen of at least 2");
-  if (o.repeats < 1 || o.repeats > 15) throw UsageError("--repeats must be between 1 and 15");
+  check_options(o);
   if (o.threads != c.threads) {
     throw UsageError(fmt::format("the calibration was measured at {} threads; validate at {} would judge a forecast it cannot make", c.threads, o.threads));
   }
@@ -107,7 +114,8 @@ struct RowSamples {
   std::vector<double> decode, decode_low, decode_high;
   std::vector<double> prefill, prefill_low, prefill_high;
   std::vector<double> matrix, measured_matrix, other, measured_other;
-  std::vector<double> read, curve_read, decode_at_curve_read, prefill_at_curve_read;
+  std::vector<double> read, read_before, read_after, curve_read, decode_at_curve_read, prefill_at_curve_read;
+  int reruns = 0;
 
   // One phase's figures from one pass: predicted, measured and the band.
   static std::tuple<double, double, double, double> phase(const std::vector<double>& predicted,
@@ -199,17 +207,28 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
           r.concurrency = conc;
           r.prompt_tokens = o.prompt;
           r.gen_tokens = o.gen;
-          const double read_before = measure_dram_read_gbs(o.threads, level, o.read_bytes);
-          const RunReport measured = run_model(model, r, nullptr);
-          const double read = 0.5 * (read_before + measure_dram_read_gbs(o.threads, level, o.read_bytes));
+          RowSamples& s = samples[index * o.concurrencies.size() + ci];
+          double read_before = 0;
+          double read_after = 0;
+          RunReport measured;
+          for (int attempt = 0;; ++attempt) {
+            read_before = measure_dram_read_gbs(o.threads, level, o.read_bytes);
+            measured = run_model(model, r, nullptr);
+            read_after = measure_dram_read_gbs(o.threads, level, o.read_bytes);
+            const bool settled = std::abs(read_after - read_before) <= o.settled_read * 0.5 * (read_before + read_after);
+            if (settled || attempt >= o.unsettled_retries) break;
+            ++s.reruns;
+          }
+          const double read = 0.5 * (read_before + read_after);
           Workload load;
           load.prompt = o.prompt;
           load.gen = o.gen;
           const auto memory = static_cast<double>(available_memory_bytes());
           const ForecastRow f = forecast_row(pm->arch, pm->inventory, *measured_performance(current.at_read(read)), load, conc, memory);
           const ForecastRow plain = forecast_row(pm->arch, pm->inventory, *as_swept, load, conc, memory);
-          RowSamples& s = samples[index * o.concurrencies.size() + ci];
           s.read.push_back(read);
+          s.read_before.push_back(read_before);
+          s.read_after.push_back(read_after);
           s.curve_read.push_back(current.curve_read(largest_format(pm->inventory)));
           s.decode_at_curve_read.push_back(plain.decode_tps);
           s.prefill_at_curve_read.push_back(plain.prefill_tps);
@@ -258,6 +277,9 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
     row.predicted_step_other_seconds = s.other[d];
     row.measured_step_other_seconds = s.measured_other[d];
     row.read_gbs = s.read[d];
+    row.read_before_gbs = s.read_before[d];
+    row.read_after_gbs = s.read_after[d];
+    row.reruns = s.reruns;
     row.curve_read_gbs = s.curve_read[d];
     row.predicted_decode_tps_at_curve_read = s.decode_at_curve_read[d];
     row.predicted_prefill_tps_at_curve_read = s.prefill_at_curve_read[p];

@@ -44,6 +44,11 @@ struct ValidateOptions {
   // shared host's moves between the curves and the run. The forecast at the curves' own read
   // is reported beside it.
   std::uint64_t read_bytes = kCurveReadBytes;
+  // A run whose two reads differ by more than this fraction of their mean ran while the host's
+  // bandwidth moved (here it switches between about 34 and 56 GB/s): it is run again, at most
+  // `unsettled_retries` times, and the last try kept either way.
+  double settled_read = 0.10;
+  int unsettled_retries = 2;
 };
 
 struct ValidationRow {
@@ -73,6 +78,9 @@ struct ValidationRow {
   // The DRAM read around the decode pass's run (the forecast above is made at it), and the
   // forecast of that pass at the read its curves were measured at instead.
   double read_gbs = 0;
+  double read_before_gbs = 0;
+  double read_after_gbs = 0;
+  int reruns = 0;  // over all passes: runs repeated because the reads around them disagreed
   double curve_read_gbs = 0;
   double predicted_decode_tps_at_curve_read = 0;
   double predicted_prefill_tps_at_curve_read = 0;
@@ -92,6 +100,8 @@ struct ValidationReport {
   double worst_decode_error_at_curve_read = 0;  // the forecasts at their curves' read
 };
 
+// Throws UsageError when the options are out of range (before any calibration is spent on them).
+void check_options(const ValidateOptions& options);
 // Throws UsageError when a model, format or concurrency of the plan is one the calibration was
 // fitted on, or the options cannot run here.
 void check_held_out(const ValidateOptions& options, const Calibration& calibration);

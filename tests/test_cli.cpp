@@ -284,5 +284,7 @@ TEST(CliForecast, BadInputExitsWithStatusTwo) {
     "topology": {"total_memory_bytes": 25000000000, "available_memory_bytes": 20000000000, "cores": 2}})");
   expect_usage_error("calibrate --profile " + profile.string() + " --work-dir " + profile.string() + "/models", "--work-dir");
   expect_usage_error("calibrate --profile " + profile.string() + " --footprint lots", "--footprint");
+  expect_usage_error("validate --profile " + profile.string() + " --settled-read -0.5", "--settled-read");
+  expect_usage_error("validate --profile " + profile.string() + " --unsettled-retries 9", "--unsettled-retries");
   fs::remove(profile);
 }

@@ -524,6 +524,14 @@ TEST(Validate, RefusesToJudgeWhatWasFittedOn) {
   o.models = validation_models();
   o.threads = 1;
   EXPECT_THROW(check_held_out(o, c), UsageError);  // calibrated at another thread count
+  o.threads = 2;
+  o.settled_read = -0.1;
+  EXPECT_THROW(check_held_out(o, c), UsageError);
+  o.settled_read = 0.1;
+  o.unsettled_retries = 6;
+  EXPECT_THROW(check_held_out(o, c), UsageError);
+  o.unsettled_retries = 0;
+  EXPECT_NO_THROW(check_held_out(o, c));
 }
 
 TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
@@ -539,6 +547,8 @@ TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
   o.repeats = 2;
   o.refresh_kernels = false;  // the synthetic curves stay: the test checks the loop, not the machine
   o.read_bytes = std::uint64_t{4} << 20;
+  o.settled_read = 0;
+  o.unsettled_retries = 1;
   const ValidationReport r = validate_forecast(o, c);
   ASSERT_EQ(r.rows.size(), 8U);
   // Reported in plan order (format, model, concurrency) although the second pass ran the
@@ -574,6 +584,10 @@ TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
     // Made at the read around the run: faster than the curves' own read gives exactly when the
     // run's read was higher than theirs.
     EXPECT_GT(row.read_gbs, 0);
+    EXPECT_NEAR(row.read_gbs, 0.5 * (row.read_before_gbs + row.read_after_gbs), 1e-9 * row.read_gbs);
+    // No tolerance: every run is unsettled (two medians of measured reads are never equal), so
+    // each of the two passes runs it once more and keeps the second try.
+    EXPECT_EQ(row.reruns, 2);
     EXPECT_DOUBLE_EQ(row.curve_read_gbs, 20);
     EXPECT_EQ(row.predicted_decode_tps > row.predicted_decode_tps_at_curve_read, row.read_gbs > row.curve_read_gbs);
     worst_at_curves = std::max(worst_at_curves, std::abs(row.decode_error_at_curve_read()));
