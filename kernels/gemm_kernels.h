@@ -50,7 +50,7 @@ const GemmKernel* amx_gemm_kernel(GgmlType type, std::size_t batch);
 // and the scalar reference.
 // Q4_0 and Q8_0 batches of kPairMinBatch rows and more take their activation rows in pairs
 // ("avx512_x8_pairs"); below it the pairs' second permute per weight load costs more than
-// their saving (batch 2, Zen 4: 0.95x).
+// their saving (Q4_0 batch 2, Zen 4: 0.94x).
 inline constexpr std::size_t kPairMinBatch = 4;
 const GemmKernel* avx512_x8_gemm_kernel(GgmlType type, std::size_t batch);
 const GemmKernel* avx2_x8_gemm_kernel(GgmlType type);
