@@ -613,19 +613,14 @@ void rows_pairs(const GemmCall& c, std::size_t begin, std::size_t end, std::uint
   const std::size_t pairs = (c.batch + 1) / 2;
   const std::size_t row = act_pair_row(c.cols);
   const std::size_t full = std::min(end, c.rows / kR * kR);
-  if (pairs <= 2) {
-    const std::size_t groups_here = full > begin ? (full - begin) / kR : 0;
-    const std::size_t half = groups_here / 2 * kR;
-    prefetch_head(c.w + begin * c.row_bytes, half * c.row_bytes);
-    prefetch_head(c.w + (begin + half) * c.row_bytes, (full - begin - half) * c.row_bytes);
-    for (std::size_t r = begin; r < begin + half; r += kR) {
-      if (pairs == 1) pair_groups<K, 2, 1>(c, r, half, 0);
-      else pair_groups<K, 2, 2>(c, r, half, 0);
-    }
-    if (groups_here % 2 == 1) {
-      if (pairs == 1) pair_groups<K, 1, 1>(c, full - kR, 0, 0);
-      else pair_groups<K, 1, 2>(c, full - kR, 0, 0);
-    }
+  if (pairs == 1) {
+    in_two_streams(
+        c, begin, full, [&](std::size_t r, std::size_t stride) { pair_groups<K, 2, 1>(c, r, stride, 0); },
+        [&](std::size_t r) { pair_groups<K, 1, 1>(c, r, 0, 0); });
+  } else if (pairs == 2) {
+    in_two_streams(
+        c, begin, full, [&](std::size_t r, std::size_t stride) { pair_groups<K, 2, 2>(c, r, stride, 0); },
+        [&](std::size_t r) { pair_groups<K, 1, 2>(c, r, 0, 0); });
   } else {
     const std::size_t chunk = std::max(kMaxPairs, (std::size_t{256} << 10) / row / kMaxPairs * kMaxPairs);
     for (std::size_t p0 = 0; p0 < pairs; p0 += chunk) {
