@@ -329,12 +329,13 @@ struct ValidateArgs {
   bool recalibrate = false;
   std::vector<std::string> quants;
   std::vector<int> concurrencies;
-  int prompt = 128;
-  int gen = 32;
-  int repeats = 3;
+  // The library's defaults, stated once there.
+  int prompt = ValidateOptions{}.prompt;
+  int gen = ValidateOptions{}.gen;
+  int repeats = ValidateOptions{}.repeats;
   bool no_refresh = false;
-  double settled_read = 0.10;
-  int unsettled_retries = 2;
+  double settled_read = ValidateOptions{}.settled_read;
+  int unsettled_retries = ValidateOptions{}.unsettled_retries;
   bool json = false;
 };
 
@@ -378,9 +379,9 @@ void validate(const ValidateArgs& a) {
                       {"prefill_in_band", v.prefill_in_band()},
                       {"read_gbs", v.read_gbs}, {"read_before_gbs", v.read_before_gbs}, {"read_after_gbs", v.read_after_gbs},
                       {"reruns", v.reruns}, {"curve_read_gbs", v.curve_read_gbs},
-                      {"predicted_decode_tps_at_curve_read", v.predicted_decode_tps_at_curve_read},
-                      {"decode_error_at_curve_read", v.decode_error_at_curve_read()},
-                      {"predicted_prefill_tps_at_curve_read", v.predicted_prefill_tps_at_curve_read},
+                      {"predicted_decode_tps_at_run_read", v.predicted_decode_tps_at_run_read},
+                      {"decode_error_at_run_read", v.decode_error_at_run_read()},
+                      {"predicted_prefill_tps_at_run_read", v.predicted_prefill_tps_at_run_read},
                       {"decode_step_seconds", {{"predicted_matrix", v.predicted_step_matrix_seconds},
                                                {"measured_matrix", v.measured_step_matrix_seconds},
                                                {"predicted_other", v.predicted_step_other_seconds},
@@ -390,7 +391,7 @@ void validate(const ValidateArgs& a) {
     for (const auto& run : c->runs) fitted.push_back({{"model", run.model}, {"quant", run.quant}, {"concurrency", run.concurrency}, {"prompt", run.prompt}});
     fmt::print("{}\n", nlohmann::json{{"fitted_on", fitted}, {"rows", rows}, {"worst_decode_error", r.worst_decode_error},
                                       {"worst_prefill_error", r.worst_prefill_error},
-                                      {"worst_decode_error_at_curve_read", r.worst_decode_error_at_curve_read}}.dump(2));
+                                      {"worst_decode_error_at_run_read", r.worst_decode_error_at_run_read}}.dump(2));
     return;
   }
   print_calibration(*c);
@@ -411,15 +412,15 @@ void validate(const ValidateArgs& a) {
                v.decode_in_band() ? "in" : "OUT", v.predicted_prefill_tps, v.measured_prefill_tps, 100 * v.prefill_error(),
                range(v.prefill_pass_errors), v.prefill_in_band() ? "in" : "OUT");
   }
-  fmt::print("\nthe DRAM read before and after each decode row's run (its forecast is made at their mean), the runs repeated\n"
-             "because they differed by more than {:.0f}%, and the read its kernel curves stand for, with the forecast and its error\n"
-             "at that read instead\n", 100 * o.settled_read);
-  fmt::print("  {:<15} {:<7} {:>2} {:>15} {:>7} {:>11} {:>10} {:>7}\n", "model", "format", "C", "run GB/s", "reruns", "curves GB/s",
+  fmt::print("\nthe DRAM read its kernel curves stand for (the forecast above), the read before and after each decode row's run\n"
+             "(runs repeated when they differed by more than {:.0f}%: {}), and the forecast and its error at the run's read instead\n",
+             100 * o.settled_read, o.unsettled_retries > 0 ? fmt::format("at most {} times", o.unsettled_retries) : std::string("off"));
+  fmt::print("  {:<15} {:<7} {:>2} {:>11} {:>15} {:>7} {:>10} {:>7}\n", "model", "format", "C", "curves GB/s", "run GB/s", "reruns",
              "decode fc", "error");
   for (const auto& v : r.rows) {
-    fmt::print("  {:<15} {:<7} {:>2} {:>7.1f}/{:<7.1f} {:>7} {:>11.1f} {:>10.2f} {:>+6.1f}%\n", v.model, v.quant, v.concurrency,
-               v.read_before_gbs, v.read_after_gbs, v.reruns, v.curve_read_gbs, v.predicted_decode_tps_at_curve_read,
-               100 * v.decode_error_at_curve_read());
+    fmt::print("  {:<15} {:<7} {:>2} {:>11.1f} {:>7.1f}/{:<7.1f} {:>7} {:>10.2f} {:>+6.1f}%\n", v.model, v.quant, v.concurrency,
+               v.curve_read_gbs, v.read_before_gbs, v.read_after_gbs, v.reruns, v.predicted_decode_tps_at_run_read,
+               100 * v.decode_error_at_run_read());
   }
   fmt::print("\none decode step, forecast / measured (ms): the weight products and the rest\n");
   fmt::print("  {:<15} {:<7} {:>2} {:>17} {:>7} {:>17} {:>7}\n", "model", "format", "C", "products", "error", "rest", "error");
@@ -430,8 +431,8 @@ void validate(const ValidateArgs& a) {
                error(v.predicted_step_matrix_seconds, v.measured_step_matrix_seconds), 1e3 * v.predicted_step_other_seconds,
                1e3 * v.measured_step_other_seconds, error(v.predicted_step_other_seconds, v.measured_step_other_seconds));
   }
-  fmt::print("\nworst decode error {:.1f}% (at the curves' own read: {:.1f}%), worst prefill error {:.1f}%\n", 100 * r.worst_decode_error,
-             100 * r.worst_decode_error_at_curve_read, 100 * r.worst_prefill_error);
+  fmt::print("\nworst decode error {:.1f}% (at each run's own read: {:.1f}%), worst prefill error {:.1f}%\n", 100 * r.worst_decode_error,
+             100 * r.worst_decode_error_at_run_read, 100 * r.worst_prefill_error);
 }
 
 }  // namespace

@@ -114,7 +114,7 @@ struct RowSamples {
   std::vector<double> decode, decode_low, decode_high;
   std::vector<double> prefill, prefill_low, prefill_high;
   std::vector<double> matrix, measured_matrix, other, measured_other;
-  std::vector<double> read, read_before, read_after, curve_read, decode_at_curve_read, prefill_at_curve_read;
+  std::vector<double> read, read_before, read_after, curve_read, decode_at_run_read, prefill_at_run_read;
   int reruns = 0;
 
   // One phase's figures from one pass: predicted, measured and the band.
@@ -224,14 +224,16 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
           load.prompt = o.prompt;
           load.gen = o.gen;
           const auto memory = static_cast<double>(available_memory_bytes());
-          const ForecastRow f = forecast_row(pm->arch, pm->inventory, *measured_performance(current.at_read(read)), load, conc, memory);
-          const ForecastRow plain = forecast_row(pm->arch, pm->inventory, *as_swept, load, conc, memory);
+          // The headline forecast knows the curves alone, as `predict` does; the one at the
+          // run's read is the diagnostic.
+          const ForecastRow f = forecast_row(pm->arch, pm->inventory, *as_swept, load, conc, memory);
+          const ForecastRow at_read = forecast_row(pm->arch, pm->inventory, *measured_performance(current.at_read(read)), load, conc, memory);
           s.read.push_back(read);
           s.read_before.push_back(read_before);
           s.read_after.push_back(read_after);
           s.curve_read.push_back(current.curve_read(largest_format(pm->inventory)));
-          s.decode_at_curve_read.push_back(plain.decode_tps);
-          s.prefill_at_curve_read.push_back(plain.prefill_tps);
+          s.decode_at_run_read.push_back(at_read.decode_tps);
+          s.prefill_at_run_read.push_back(at_read.prefill_tps);
           s.measured_decode.push_back(measured.decode_tps);
           s.measured_prefill.push_back(measured.prefill_tps);
           s.decode.push_back(f.decode_tps);
@@ -281,10 +283,10 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
     row.read_after_gbs = s.read_after[d];
     row.reruns = s.reruns;
     row.curve_read_gbs = s.curve_read[d];
-    row.predicted_decode_tps_at_curve_read = s.decode_at_curve_read[d];
-    row.predicted_prefill_tps_at_curve_read = s.prefill_at_curve_read[p];
+    row.predicted_decode_tps_at_run_read = s.decode_at_run_read[d];
+    row.predicted_prefill_tps_at_run_read = s.prefill_at_run_read[p];
     report.worst_decode_error = std::max(report.worst_decode_error, std::abs(row.decode_error()));
-    report.worst_decode_error_at_curve_read = std::max(report.worst_decode_error_at_curve_read, std::abs(row.decode_error_at_curve_read()));
+    report.worst_decode_error_at_run_read = std::max(report.worst_decode_error_at_run_read, std::abs(row.decode_error_at_run_read()));
     report.worst_prefill_error = std::max(report.worst_prefill_error, std::abs(row.prefill_error()));
     report.rows.push_back(row);
   }

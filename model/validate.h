@@ -31,24 +31,28 @@ struct ValidateOptions {
   int prompt = 128;
   int gen = 32;
   // Passes over the whole plan (every model, format and concurrency once per pass); each row
-  // reports its pass of median error (see median_pass): the machine is shared and noisy.
-  int repeats = 3;
+  // reports its pass of median error (see median_pass). One run of a decode on a shared host
+  // here varies by 13-15% (standard deviation) from the next: five passes, not three.
+  int repeats = 5;
   // In every pass, measure the kernel curves of a format's matrices again just before its
   // models run (the engine overheads stay as fitted): a shared machine drifts between
   // calibration and validation.
   bool refresh_kernels = true;
   double refresh_min_time = 0.25;
   std::uint64_t seed = 11;
-  // Each run is bracketed by two DRAM reads of this many bytes, and its forecast made at their
-  // mean (Calibration::at_read): a roofline forecast takes the bandwidth as an input, and a
-  // shared host's moves between the curves and the run. The forecast at the curves' own read
-  // is reported beside it.
+  // Each run is bracketed by two DRAM reads of this many bytes, and a second forecast made at
+  // their mean (Calibration::at_read) is reported beside the headline one, which, like
+  // `predict`, knows only the curves: how much of a miss the host's bandwidth moving explains.
+  // It is not the headline because no user of a forecast has the read of the minute their
+  // model will run in, and because on a host whose bandwidth moves within seconds a read one
+  // second away does not predict the run (docs/PERFORMANCE.md, sixteenth session).
   std::uint64_t read_bytes = kCurveReadBytes;
   // A run whose two reads differ by more than this fraction of their mean ran while the host's
-  // bandwidth moved (here it switches between about 34 and 56 GB/s): it is run again, at most
-  // `unsettled_retries` times, and the last try kept either way.
+  // bandwidth moved: it is run again, at most `unsettled_retries` times, and the last try kept
+  // either way. Off by default: where the reads move within seconds, most runs qualify and the
+  // retry does not make the kept run any more typical; another pass does more.
   double settled_read = 0.10;
-  int unsettled_retries = 2;
+  int unsettled_retries = 0;
 };
 
 struct ValidationRow {
@@ -75,17 +79,17 @@ struct ValidationRow {
   double measured_step_matrix_seconds = 0;
   double predicted_step_other_seconds = 0;
   double measured_step_other_seconds = 0;
-  // The DRAM read around the decode pass's run (the forecast above is made at it), and the
-  // forecast of that pass at the read its curves were measured at instead.
+  // The DRAM read around the decode pass's run, the read its curves were measured at (the
+  // forecast above stands for it), and that pass's forecast made at the run's read instead.
   double read_gbs = 0;
   double read_before_gbs = 0;
   double read_after_gbs = 0;
   int reruns = 0;  // over all passes: runs repeated because the reads around them disagreed
   double curve_read_gbs = 0;
-  double predicted_decode_tps_at_curve_read = 0;
-  double predicted_prefill_tps_at_curve_read = 0;
-  [[nodiscard]] double decode_error_at_curve_read() const {
-    return (predicted_decode_tps_at_curve_read - measured_decode_tps) / measured_decode_tps;
+  double predicted_decode_tps_at_run_read = 0;
+  double predicted_prefill_tps_at_run_read = 0;
+  [[nodiscard]] double decode_error_at_run_read() const {
+    return (predicted_decode_tps_at_run_read - measured_decode_tps) / measured_decode_tps;
   }
   [[nodiscard]] double decode_error() const { return (predicted_decode_tps - measured_decode_tps) / measured_decode_tps; }
   [[nodiscard]] double prefill_error() const { return (predicted_prefill_tps - measured_prefill_tps) / measured_prefill_tps; }
@@ -97,7 +101,7 @@ struct ValidationReport {
   std::vector<ValidationRow> rows;
   double worst_decode_error = 0;   // largest |relative error|
   double worst_prefill_error = 0;
-  double worst_decode_error_at_curve_read = 0;  // the forecasts at their curves' read
+  double worst_decode_error_at_run_read = 0;  // the forecasts at the reads around their runs
 };
 
 // Throws UsageError when the options are out of range (before any calibration is spent on them).
