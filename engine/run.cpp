@@ -10,6 +10,7 @@
 #include "probes/bandwidth.h"
 #include "probes/error.h"
 #include "probes/random.h"
+#include "probes/stats.h"
 #include "probes/topology.h"
 #include "probes/units.h"
 
@@ -155,6 +156,37 @@ RunReport run_model(const Model& model, const RunOptions& o, const Tokenizer* to
   }
   r.peak_rss_bytes = peak_rss_bytes();
   return r;
+}
+
+RunSeries run_series(const Model& model, const RunOptions& o, const Tokenizer* tokenizer, int repetitions) {
+  if (repetitions < 1 || repetitions > 100) throw UsageError("--repetitions must be between 1 and 100");
+  RunSeries series;
+  if (repetitions > 1) {
+    run_model(model, o, tokenizer);
+    series.warmed_up = true;
+  }
+  std::vector<RunReport> runs;
+  for (int i = 0; i < repetitions; ++i) {
+    runs.push_back(run_model(model, o, tokenizer));
+    series.prefill_tps.push_back(runs.back().prefill_tps);
+    series.decode_tps.push_back(runs.back().decode_tps);
+    series.ttft_ms.push_back(runs.back().ttft_ms);
+  }
+  series.report = runs.front();
+  // Each figure's median on its own, as llama-bench summarises its prompt and generation tests
+  // apart: a run fast in prefill need not be fast in decode.
+  for (double RunReport::*field :
+       {&RunReport::prefill_seconds, &RunReport::decode_seconds, &RunReport::prefill_tps, &RunReport::decode_tps,
+        &RunReport::decode_tps_per_seq, &RunReport::ttft_ms, &RunReport::prefill_gops, &RunReport::decode_weight_gbs,
+        &RunReport::prefill_gemm_seconds, &RunReport::decode_gemm_seconds, &RunReport::prefill_attention_seconds,
+        &RunReport::decode_attention_seconds, &RunReport::dram_read_before_gbs, &RunReport::dram_read_after_gbs,
+        &RunReport::decode_read_fraction}) {
+    std::vector<double> values;
+    for (const RunReport& r : runs) values.push_back(r.*field);
+    series.report.*field = median_of(values);
+  }
+  for (const RunReport& r : runs) series.report.peak_rss_bytes = std::max(series.report.peak_rss_bytes, r.peak_rss_bytes);
+  return series;
 }
 
 }  // namespace infercast

@@ -63,6 +63,25 @@ struct RunReport {
 // Throws UsageError for impossible options (too many tokens for the context, etc.).
 RunReport run_model(const Model& model, const RunOptions& options, const Tokenizer* tokenizer);
 
+// A measurement repeated on one loaded model, as llama-bench repeats a test: on a shared host one
+// decode run differs from the next by 13-15% (standard deviation, docs/PERFORMANCE.md), so a
+// single run is a sample, not a figure.
+struct RunSeries {
+  // Every timed figure (rates, seconds, GB/s, the reads) the median of the runs' own, each taken
+  // apart; tokens and text are the first run's (every run generates the same); peak RSS the
+  // largest.
+  RunReport report;
+  // Each measured run's figures, in order.
+  std::vector<double> prefill_tps;
+  std::vector<double> decode_tps;
+  std::vector<double> ttft_ms;
+  bool warmed_up = false;  // a first run was made and dropped
+};
+// `repetitions` measured runs; with more than one, a warm-up run before them is dropped (the
+// first run after a load pays for the KV pool's first touch and the threads' first start).
+// Throws UsageError unless 1 <= repetitions <= 100, and for what run_model refuses.
+RunSeries run_series(const Model& model, const RunOptions& options, const Tokenizer* tokenizer, int repetitions);
+
 // Index of the largest logit (the lowest index among ties): greedy decoding.
 int argmax(const float* logits, int vocab);
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -189,6 +190,19 @@ TEST(CliModel, GenModelAndRunReportTheFigures) {
   EXPECT_GT(c["dram_read_after_gbs"].get<double>(), 0.0);
   const double mean_read = 0.5 * (c["dram_read_before_gbs"].get<double>() + c["dram_read_after_gbs"].get<double>());
   EXPECT_NEAR(c["decode_read_fraction"].get<double>(), c["decode_weight_gbs"].get<double>() / mean_read, 1e-9);
+  // Repeated: the headline figures are medians of the samples beside them.
+  const Result repeated = run("run --model " + model.string() + " --threads 1 --prompt-tokens 4 --gen-tokens 3 --repetitions 3 --json");
+  ASSERT_EQ(repeated.status, 0) << repeated.err;
+  const auto rj = nlohmann::json::parse(repeated.out);
+  EXPECT_EQ(rj["repetitions"].get<int>(), 3);
+  EXPECT_TRUE(rj["warmed_up"].get<bool>());
+  auto decode = rj["samples"]["decode_tps"].get<std::vector<double>>();
+  ASSERT_EQ(decode.size(), 3U);
+  std::sort(decode.begin(), decode.end());
+  EXPECT_DOUBLE_EQ(rj["decode_tps"].get<double>(), decode[1]);
+  EXPECT_GE(rj["decode_tps_cv"].get<double>(), 0.0);
+  EXPECT_EQ(j["repetitions"].get<int>(), 1);
+  expect_usage_error("run --model " + model.string() + " --repetitions 0", "--repetitions");
   const Result text = run("run --model " + model.string() + " --prompt \"hello world\" --gen-tokens 3");
   EXPECT_EQ(text.status, 0) << text.err;
   EXPECT_NE(text.out.find("continues:"), std::string::npos) << text.out;

@@ -282,6 +282,34 @@ TEST(Engine, SameFileAndThreadsGiveTheSameTokens) {
   EXPECT_GT(a.peak_rss_bytes, 0U);
 }
 
+TEST(Engine, RepeatedRunsReportEachFiguresMedian) {
+  const Model& m = tiny_model("Q4_0");
+  RunOptions o;
+  o.threads = std::min(2U, host_topology().cores);
+  o.prompt_tokens = 8;
+  o.gen_tokens = 5;
+  const RunSeries one = run_series(m, o, nullptr, 1);
+  EXPECT_FALSE(one.warmed_up);
+  ASSERT_EQ(one.decode_tps.size(), 1U);
+  EXPECT_DOUBLE_EQ(one.report.decode_tps, one.decode_tps[0]);
+  const RunSeries three = run_series(m, o, nullptr, 3);
+  EXPECT_TRUE(three.warmed_up);
+  ASSERT_EQ(three.decode_tps.size(), 3U);
+  ASSERT_EQ(three.prefill_tps.size(), 3U);
+  ASSERT_EQ(three.ttft_ms.size(), 3U);
+  // Each figure its own median: the middle of the three samples, whichever run it came from.
+  const auto middle = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[1];
+  };
+  EXPECT_DOUBLE_EQ(three.report.decode_tps, middle(three.decode_tps));
+  EXPECT_DOUBLE_EQ(three.report.prefill_tps, middle(three.prefill_tps));
+  EXPECT_DOUBLE_EQ(three.report.ttft_ms, middle(three.ttft_ms));
+  EXPECT_EQ(three.report.tokens, one.report.tokens);
+  EXPECT_THROW(run_series(m, o, nullptr, 0), UsageError);
+  EXPECT_THROW(run_series(m, o, nullptr, 101), UsageError);
+}
+
 TEST(Engine, MixtureReadsOnlyTheRoutedExperts) {
   const Model& moe = tiny_model("Q8_0", "llama", 4);
   Engine e(moe, options(2, GgmlType::f16, 64));
