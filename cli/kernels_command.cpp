@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "cli/json_file.h"
@@ -11,6 +12,7 @@
 #include "kernels/formats.h"
 #include "kernels/measure.h"
 #include "probes/atomic_file.h"
+#include "probes/bandwidth.h"
 #include "probes/error.h"
 #include "probes/topology.h"
 #include "probes/units.h"
@@ -32,6 +34,7 @@ struct KernelsArgs {
   double min_time = 0.3;
   std::string footprint;
   std::string layout = "best";
+  bool read_now = false;
 };
 
 nlohmann::json read_profile(const std::string& path) {
@@ -58,12 +61,20 @@ std::vector<IsaLevel> parse_levels(const std::string& text) {
 
 std::string percent(const std::optional<double>& f) { return f ? fmt::format("{:.0f}%", 100 * *f) : "n/a"; }
 
-void print_points(const std::vector<KernelPoint>& points, const Ceilings& c) {
+// The DRAM read just before and after the sweep, when measured (--read-now).
+struct ReadAround {
+  double before = 0;
+  double after = 0;
+};
+
+void print_points(const std::vector<KernelPoint>& points, const Ceilings& c, const std::optional<ReadAround>& read) {
   fmt::print("infercast kernels — roofline ceilings: DRAM {:.1f} GB/s", c.dram_read_gbs);
+  if (read) fmt::print(" (read now: {:.1f} before the sweep, {:.1f} after)", read->before, read->after);
   if (c.amx_int8_gops) fmt::print(", AMX INT8 {:.0f} GOPS", *c.amx_int8_gops);
   if (c.int8_vnni_gops) fmt::print(", VNNI {:.0f} GOPS", *c.int8_vnni_gops);
   if (c.int8_avx2_gops) fmt::print(", AVX2 INT8 {:.0f} GOPS", *c.int8_avx2_gops);
   if (c.fp32_gflops) fmt::print(", FP32 {:.0f} GFLOPS", *c.fp32_gflops);
+  if (c.fp32_avx2_gflops) fmt::print(", FP32 AVX2 {:.0f} GFLOPS", *c.fp32_avx2_gflops);
   fmt::print("\n\n  {:<6} {:<7} {:<13} {:>12} {:>5} {:>9} {:>9} {:>8} {:>9}\n", "format", "isa", "kernel", "shape", "batch",
              "GB/s", "GOPS", "bound", "roofline");
   for (const auto& p : points) {
@@ -89,7 +100,7 @@ void print_quality(const std::vector<QualityRow>& rows) {
 
 void run(const KernelsArgs& args) {
   nlohmann::json profile = read_profile(args.profile);
-  const Ceilings ceilings = ceilings_from_profile(profile);
+  Ceilings ceilings = ceilings_from_profile(profile);
   if (!args.no_update) check_writable(args.profile);
 
   KernelSweepOptions o;
@@ -128,8 +139,18 @@ void run(const KernelsArgs& args) {
   } else if (args.layout != "best") {
     throw UsageError(fmt::format("--layout '{}' is not best, gguf or interleaved", args.layout));
   }
-  ProgressPrinter progress;  // run_kernel_sweep validates the options before any work
-  const auto points = run_kernel_sweep(o, ceilings, [&](const std::string& what, double f) { progress.update(what, f); });
+  validate_sweep(o);  // before any read is spent on options that cannot run
+  ProgressPrinter progress;
+  std::optional<ReadAround> read;
+  if (args.read_now) read = ReadAround{measure_dram_read_gbs(o.threads, active_level()), 0};
+  auto points = run_kernel_sweep(o, ceilings, [&](const std::string& what, double f) { progress.update(what, f); });
+  if (read) {
+    // A shared host's read moves by tens of percent within minutes: the memory ceiling of this
+    // sweep is the read around it, not the probe's of another hour.
+    read->after = measure_dram_read_gbs(o.threads, active_level());
+    ceilings.dram_read_gbs = 0.5 * (read->before + read->after);
+    for (auto& p : points) place_on_roofline(p, ceilings);
+  }
   std::vector<QualityRow> quality;
   if (!args.no_quality) {
     progress.update("accuracy per format", 1.0);
@@ -145,6 +166,8 @@ void run(const KernelsArgs& args) {
     profile["kernels"] = {{"schema", "infercast.kernels/1"},
                           {"measured_at", utc_timestamp()},
                           {"threads", o.threads},
+                          {"dram_read_gbs", ceilings.dram_read_gbs},
+                          {"dram_read_measured_around", read ? nlohmann::json{read->before, read->after} : nlohmann::json(nullptr)},
                           {"records", records},
                           {"quality", quality_json}};
     write_file_atomically(args.profile, profile.dump(2) + "\n");
@@ -153,7 +176,7 @@ void run(const KernelsArgs& args) {
     fmt::print("{}\n", records.dump(2));
     return;
   }
-  print_points(points, ceilings);
+  print_points(points, ceilings, read);
   if (!quality.empty()) print_quality(quality);
   if (!args.no_update) fmt::print("\n  kernel calibration written to {}\n", args.profile);
 }
@@ -178,6 +201,8 @@ void add_kernels_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--layout", args->layout,
                   "Weight layout: best (each ISA level's own, as a loaded model), gguf, or interleaved")
       ->capture_default_str();
+  cmd->add_flag("--read-now", args->read_now,
+                "Measure the DRAM read just before and after the sweep and use their mean as the memory ceiling, not the profile's");
   cmd->callback([args, &exit_status] {
     run(*args);
     exit_status = 0;

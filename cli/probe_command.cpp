@@ -66,6 +66,7 @@ void print_table(const nlohmann::json& profile) {
       {"DRAM latency", cell(s["dram_latency_ns"], "ns")},
       {"core clock (dependent adds)", cell(s["core_ghz"], "GHz", 2)},
       {"peak FP32 FMA", cell(s["peak_fp32_gflops"], "GFLOPS")},
+      {"peak FP32 FMA (AVX2, 256-bit)", cell(s["peak_fp32_avx2_gflops"], "GFLOPS")},
       {"peak BF16 dot (AVX-512)", cell(s["peak_bf16_gflops"], "GFLOPS")},
       {"peak INT8 AVX2 (vpmaddubsw)", cell(s["peak_int8_avx2_gops"], "GOPS")},
       {"peak INT8 VNNI", cell(s["peak_int8_vnni_gops"], "GOPS")},

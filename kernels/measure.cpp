@@ -104,7 +104,8 @@ Ceilings ceilings_from_profile(const nlohmann::json& profile) {
              number_at(s, "peak_int8_vnni_gops"),
              number_at(s, "peak_int8_avx2_gops"),
              number_at(s, "peak_amx_int8_gops"),
-             number_at(s, "peak_amx_bf16_gflops")};
+             number_at(s, "peak_amx_bf16_gflops"),
+             number_at(s, "peak_fp32_avx2_gflops")};
   // Which width the summary's peaks were measured at: the probe lists its compute kernels. A
   // profile without that list keeps the assumption that they are AVX-512's.
   const auto& compute = profile.value("compute", nlohmann::json::object());
@@ -132,9 +133,10 @@ std::optional<ComputeFamily> compute_family(GgmlType type, std::string_view kern
   return std::nullopt;
 }
 
-// The probe's FP32 and VNNI peaks are its widest vectors' (AVX-512 where there is any), so an
-// AVX2 kernel on such a machine gets half of them (same ports, half the width); AVX2 kernels
-// without VNNI get the measured vpmaddubsw peak.
+// The probe's FP32 and VNNI peaks are its widest vectors' (AVX-512 where there is any). An AVX2
+// float kernel gets the 256-bit FMA peak the probe measured, or else half the 512-bit one (same
+// ports, half the width: true of Intel's 512-bit units, not of Zen 4's split ones); AVX2
+// kernels without VNNI get the measured vpmaddubsw peak.
 std::optional<double> compute_ceiling(const Ceilings& c, GgmlType type, std::string_view kernel) {
   const auto family = compute_family(type, kernel);
   if (!family) return std::nullopt;
@@ -144,7 +146,9 @@ std::optional<double> compute_ceiling(const Ceilings& c, GgmlType type, std::str
     case ComputeFamily::amx_int8: return c.amx_int8_gops;
     case ComputeFamily::amx_bf16: return c.amx_bf16_gflops;
     case ComputeFamily::bf16: return c.bf16_gflops;
-    case ComputeFamily::fp32: return avx2 && c.fp32_is_avx512 ? halve(c.fp32_gflops) : c.fp32_gflops;
+    case ComputeFamily::fp32:
+      if (avx2 && c.fp32_avx2_gflops) return c.fp32_avx2_gflops;
+      return avx2 && c.fp32_is_avx512 ? halve(c.fp32_gflops) : c.fp32_gflops;
     case ComputeFamily::vector_int8:
       if (!avx2) return c.int8_vnni_gops;
       if (kernel.starts_with("avx2_vnni")) return c.int8_vnni_is_avx512 ? halve(c.int8_vnni_gops) : c.int8_vnni_gops;
@@ -269,11 +273,7 @@ std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& o, const Cei
           const double ops = 2.0 * double(shape.rows) * double(shape.cols) * double(batch);
           p.weight_gbs = double(w.matrix_bytes) / p.seconds / 1e9;
           p.gops = ops / p.seconds / 1e9;
-          const double memory_ceiling = ops / double(w.matrix_bytes) * ceilings.dram_read_gbs;
-          const auto compute = compute_ceiling(ceilings, type, p.kernel);
-          p.bound = compute && *compute < memory_ceiling ? "compute" : "memory";
-          p.ceiling_gops = compute ? std::min(*compute, memory_ceiling) : memory_ceiling;
-          p.roofline_fraction = p.gops / *p.ceiling_gops;
+          place_on_roofline(p, ceilings);
           points.push_back(p);
         }
       }
@@ -281,6 +281,15 @@ std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& o, const Cei
   }
   if (progress) progress("done", 1.0);
   return points;
+}
+
+void place_on_roofline(KernelPoint& p, const Ceilings& ceilings) {
+  const double ops_per_byte = 2.0 * double(p.shape.rows) * double(p.shape.cols) * double(p.batch) / double(p.weight_bytes);
+  const double memory_ceiling = ops_per_byte * ceilings.dram_read_gbs;
+  const auto compute = compute_ceiling(ceilings, p.type, p.kernel);
+  p.bound = compute && *compute < memory_ceiling ? "compute" : "memory";
+  p.ceiling_gops = compute ? std::min(*compute, memory_ceiling) : memory_ceiling;
+  p.roofline_fraction = p.gops / *p.ceiling_gops;
 }
 
 std::vector<QualityRow> measure_quality(const std::vector<GgmlType>& formats) {

@@ -27,8 +27,12 @@ struct Ceilings {
   std::optional<double> int8_avx2_gops;  // vpmaddubsw, the AVX2 kernels without VNNI
   std::optional<double> amx_int8_gops;
   std::optional<double> amx_bf16_gflops;
+  // FMA at 256 bits as the probe measured it: the AVX2 float kernels' ceiling. Absent (an older
+  // profile), they get half of a 512-bit fp32_gflops, which is wrong where the core splits
+  // 512-bit instructions in two (Zen 4 measured 29 flops per cycle at 256 bits, 33 at 512).
+  std::optional<double> fp32_avx2_gflops;
   // Whether fp32_gflops and int8_vnni_gops are 512-bit peaks, which a 256-bit kernel reaches
-  // half of.
+  // half of (when no 256-bit figure was measured).
   bool fp32_is_avx512 = true;
   bool int8_vnni_is_avx512 = true;
 };
@@ -96,6 +100,10 @@ struct KernelPoint {
 };
 
 using KernelProgress = std::function<void(const std::string& what, double fraction)>;
+
+// Sets the point's bound, ceiling and fraction of it from its GOPS, shape and bytes: the lower of
+// the memory ceiling (operations per weight byte x the DRAM read) and its family's compute peak.
+void place_on_roofline(KernelPoint& p, const Ceilings& ceilings);
 
 std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& options, const Ceilings& ceilings,
                                           const KernelProgress& progress = {});

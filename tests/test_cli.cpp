@@ -160,6 +160,30 @@ TEST(CliKernels, JsonRecordsAndProfileUpdate) {
   EXPECT_EQ(updated["kernels"]["schema"], "infercast.kernels/1");
   EXPECT_EQ(updated["kernels"]["records"].size(), 6U);
   EXPECT_EQ(updated["kernels"]["quality"].size(), 6U);  // 3 formats x 2 weight distributions
+  EXPECT_EQ(updated["kernels"]["dram_read_gbs"].get<double>(), 20.0);  // the profile's, no read taken
+  EXPECT_TRUE(updated["kernels"]["dram_read_measured_around"].is_null());
+  fs::remove(profile);
+}
+
+// --read-now: the memory ceiling is the mean of two reads taken around the sweep, so a
+// memory-bound point's ceiling is its operations per byte times that read, not the profile's 20.
+TEST(CliKernels, ReadNowSetsTheMemoryCeilingFromReadsAroundTheSweep) {
+  const fs::path profile = write_profile("kernels-read-now", kProfile);
+  const Result r = run("kernels --profile " + profile.string() +
+                       " --shapes 64x256 --batches 1 --formats Q8_0 --footprint 1MiB --min-time 0.01 --no-quality --read-now --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream in(profile);
+  const auto kernels = nlohmann::json::parse(in)["kernels"];
+  const auto around = kernels["dram_read_measured_around"];
+  ASSERT_EQ(around.size(), 2U);
+  EXPECT_GT(around[0].get<double>(), 0.0);
+  EXPECT_GT(around[1].get<double>(), 0.0);
+  const double read = kernels["dram_read_gbs"].get<double>();
+  EXPECT_DOUBLE_EQ(read, 0.5 * (around[0].get<double>() + around[1].get<double>()));
+  const auto& rec = kernels["records"][0];
+  ASSERT_EQ(rec["bound"], "memory");  // batch 1 of Q8_0: 2 operations per 1.06 bytes
+  const double ops_per_byte = rec["gops"].get<double>() / rec["weight_gbs"].get<double>();
+  EXPECT_NEAR(rec["ceiling_gops"].get<double>(), ops_per_byte * read, 1e-9 * ops_per_byte * read);
   fs::remove(profile);
 }
 

@@ -327,7 +327,7 @@ namespace {
 // Each kernel is judged against the peak of the instructions it runs, at its width: the
 // AVX-512 table's float kernels (named "avx512_vnni" on a VNNI machine) against FP32 FMA, the
 // interleaved kernels against VNNI, the BF16 ones against the BF16 dot; an AVX2 kernel gets
-// half of a 512-bit peak but all of a peak the probe measured at 256 bits.
+// the peak the probe measured at 256 bits, or half of a 512-bit one when there is none.
 TEST(KernelSweep, ComputeCeilingIsThePeakOfTheKernelsFamilyAndWidth) {
   const auto profile = [](const char* fp32_kernel, const char* vnni_kernel) {
     return nlohmann::json{{"summary",
@@ -350,6 +350,14 @@ TEST(KernelSweep, ComputeCeilingIsThePeakOfTheKernelsFamilyAndWidth) {
   const Ceilings narrow = ceilings_from_profile(profile("fp32_fma_avx2", "int8_avx_vnni"));
   EXPECT_EQ(compute_ceiling(narrow, GgmlType::f32, "avx2"), 200.0);
   EXPECT_EQ(compute_ceiling(narrow, GgmlType::q4_0, "avx2_vnni"), 800.0);
+  // A 256-bit FMA peak the probe measured is the AVX2 float kernels' ceiling, whatever the
+  // 512-bit one: Zen 4 runs 256-bit FMA at nearly the 512-bit rate.
+  auto split = profile("fp32_fma_avx512", "int8_vnni_avx512");
+  split["summary"]["peak_fp32_avx2_gflops"] = 180.0;
+  const Ceilings zen4 = ceilings_from_profile(split);
+  EXPECT_EQ(compute_ceiling(zen4, GgmlType::f16, "avx2"), 180.0);
+  EXPECT_EQ(compute_ceiling(zen4, GgmlType::bf16, "avx2"), 180.0);
+  EXPECT_EQ(compute_ceiling(zen4, GgmlType::f16, "avx512_vnni"), 200.0);
   EXPECT_EQ(compute_family(GgmlType::f16, "avx512_vnni"), ComputeFamily::fp32);
   EXPECT_EQ(compute_family(GgmlType::q6_k, "amx_int8"), ComputeFamily::amx_int8);
 }

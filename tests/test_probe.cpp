@@ -53,7 +53,7 @@ TEST(Probe, TinyRunProducesACompleteProfile) {
   const auto& s = j["summary"];
   for (const char* key : {"dram_read_gbs", "dram_copy_gbs", "dram_triad_gbs", "l1_read_gbs_per_core",
                           "l2_read_gbs_per_core", "l3_read_gbs_per_core", "dram_latency_ns",
-                          "peak_fp32_gflops", "peak_bf16_gflops", "peak_int8_vnni_gops", "peak_int8_avx2_gops",
+                          "peak_fp32_gflops", "peak_fp32_avx2_gflops", "peak_bf16_gflops", "peak_int8_vnni_gops", "peak_int8_avx2_gops",
                           "peak_amx_int8_gops", "peak_amx_bf16_gflops", "best_threads_for_bandwidth"}) {
     EXPECT_TRUE(s.contains(key)) << key;
   }
