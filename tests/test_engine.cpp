@@ -265,13 +265,19 @@ TEST(Engine, BatchedDecodeGivesEachSequenceItsOwnLogits) {
   EXPECT_EQ(e.length(seqs[2]), 33 + 4);
 }
 
-TEST(Engine, SameFileAndThreadsGiveTheSameTokens) {
-  const Model& m = tiny_model("Q4_0");
+// `infercast run`'s options for a short run on at most two threads.
+RunOptions short_run(int prompt_tokens, int gen_tokens, int concurrency) {
   RunOptions o;
   o.threads = std::min(2U, host_topology().cores);
-  o.prompt_tokens = 12;
-  o.gen_tokens = 10;
-  o.concurrency = 2;
+  o.prompt_tokens = prompt_tokens;
+  o.gen_tokens = gen_tokens;
+  o.concurrency = concurrency;
+  return o;
+}
+
+TEST(Engine, SameFileAndThreadsGiveTheSameTokens) {
+  const Model& m = tiny_model("Q4_0");
+  const RunOptions o = short_run(12, 10, 2);
   const RunReport a = run_model(m, o, nullptr);
   const RunReport b = run_model(m, o, nullptr);
   EXPECT_EQ(a.tokens, b.tokens);
@@ -284,10 +290,7 @@ TEST(Engine, SameFileAndThreadsGiveTheSameTokens) {
 
 TEST(Engine, RepeatedRunsReportEachFiguresMedian) {
   const Model& m = tiny_model("Q4_0");
-  RunOptions o;
-  o.threads = std::min(2U, host_topology().cores);
-  o.prompt_tokens = 8;
-  o.gen_tokens = 5;
+  const RunOptions o = short_run(8, 5, 1);
   const RunSeries one = run_series(m, o, nullptr, 1);
   EXPECT_FALSE(one.warmed_up);
   ASSERT_EQ(one.decode_tps.size(), 1U);
