@@ -12,7 +12,6 @@
 #include "kernels/formats.h"
 #include "kernels/measure.h"
 #include "probes/atomic_file.h"
-#include "probes/bandwidth.h"
 #include "probes/error.h"
 #include "probes/topology.h"
 #include "probes/units.h"
@@ -60,12 +59,6 @@ std::vector<IsaLevel> parse_levels(const std::string& text) {
 }
 
 std::string percent(const std::optional<double>& f) { return f ? fmt::format("{:.0f}%", 100 * *f) : "n/a"; }
-
-// The DRAM read just before and after the sweep, when measured (--read-now).
-struct ReadAround {
-  double before = 0;
-  double after = 0;
-};
 
 void print_points(const std::vector<KernelPoint>& points, const Ceilings& c, const std::optional<ReadAround>& read) {
   fmt::print("infercast kernels — roofline ceilings: DRAM {:.1f} GB/s", c.dram_read_gbs);
@@ -139,17 +132,15 @@ void run(const KernelsArgs& args) {
   } else if (args.layout != "best") {
     throw UsageError(fmt::format("--layout '{}' is not best, gguf or interleaved", args.layout));
   }
-  validate_sweep(o);  // before any read is spent on options that cannot run
-  ProgressPrinter progress;
+  ProgressPrinter progress;  // the sweep validates the options before any work
+  const auto update = [&](const std::string& what, double f) { progress.update(what, f); };
   std::optional<ReadAround> read;
-  if (args.read_now) read = ReadAround{measure_dram_read_gbs(o.threads, active_level()), 0};
-  auto points = run_kernel_sweep(o, ceilings, [&](const std::string& what, double f) { progress.update(what, f); });
-  if (read) {
-    // A shared host's read moves by tens of percent within minutes: the memory ceiling of this
-    // sweep is the read around it, not the probe's of another hour.
-    read->after = measure_dram_read_gbs(o.threads, active_level());
-    ceilings.dram_read_gbs = 0.5 * (read->before + read->after);
-    for (auto& p : points) place_on_roofline(p, ceilings);
+  std::vector<KernelPoint> points;
+  if (args.read_now) {
+    read.emplace();
+    points = run_kernel_sweep_at_current_read(o, ceilings, *read, update);
+  } else {
+    points = run_kernel_sweep(o, ceilings, update);
   }
   std::vector<QualityRow> quality;
   if (!args.no_quality) {

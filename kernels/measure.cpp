@@ -9,6 +9,7 @@
 
 #include "kernels/formats.h"
 #include "kernels/gemm.h"
+#include "probes/bandwidth.h"
 #include "probes/error.h"
 #include "probes/memory.h"
 #include "probes/random.h"
@@ -280,6 +281,17 @@ std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& o, const Cei
     }
   }
   if (progress) progress("done", 1.0);
+  return points;
+}
+
+std::vector<KernelPoint> run_kernel_sweep_at_current_read(const KernelSweepOptions& o, Ceilings& ceilings, ReadAround& read,
+                                                          const KernelProgress& progress) {
+  validate_sweep(o);  // before a read is spent on options that cannot run
+  read.before = measure_dram_read_gbs(o.threads, active_level());
+  std::vector<KernelPoint> points = run_kernel_sweep(o, ceilings, progress);
+  read.after = measure_dram_read_gbs(o.threads, active_level());
+  ceilings.dram_read_gbs = read.mean();
+  for (auto& p : points) place_on_roofline(p, ceilings);
   return points;
 }
 

@@ -108,6 +108,19 @@ void place_on_roofline(KernelPoint& p, const Ceilings& ceilings);
 std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& options, const Ceilings& ceilings,
                                           const KernelProgress& progress = {});
 
+// The DRAM read (the probe's kernel) just before and just after a sweep.
+struct ReadAround {
+  double before = 0;
+  double after = 0;
+  [[nodiscard]] double mean() const { return 0.5 * (before + after); }
+};
+
+// run_kernel_sweep between two DRAM reads, every point placed against their mean instead of
+// `ceilings.dram_read_gbs`, which is set to it: a shared host's read moves by tens of percent
+// within minutes, and a probe's of another hour is no ceiling for this sweep.
+std::vector<KernelPoint> run_kernel_sweep_at_current_read(const KernelSweepOptions& options, Ceilings& ceilings,
+                                                          ReadAround& read, const KernelProgress& progress = {});
+
 // Throws UsageError for options that cannot run here (shape not a block multiple, no formats,
 // a level the machine lacks, more threads than cores, not enough memory).
 void validate_sweep(const KernelSweepOptions& options);

@@ -116,6 +116,11 @@ fs::path write_profile(const std::string& name, const std::string& text) {
 const char* kProfile = R"({"schema": "infercast.profile/1", "keep": [1, 2, 3],
   "summary": {"dram_read_gbs": 20.0, "peak_fp32_gflops": 200.0, "peak_int8_vnni_gops": 500.0,
               "peak_bf16_gflops": 100.0, "peak_amx_int8_gops": null, "peak_amx_bf16_gflops": null}})";
+// The `kernels` section `infercast kernels` wrote into a profile.
+nlohmann::json kernels_section(const fs::path& profile) {
+  std::ifstream in(profile);
+  return nlohmann::json::parse(in).at("kernels");
+}
 }  // namespace
 
 TEST(CliKernels, BadInputExitsWithStatusTwo) {
@@ -155,13 +160,13 @@ TEST(CliKernels, JsonRecordsAndProfileUpdate) {
     EXPECT_EQ(rec["rows"].get<int>(), 64);
   }
   std::ifstream in(profile);
-  const auto updated = nlohmann::json::parse(in);
-  EXPECT_EQ(updated["keep"], nlohmann::json({1, 2, 3}));  // earlier content kept
-  EXPECT_EQ(updated["kernels"]["schema"], "infercast.kernels/1");
-  EXPECT_EQ(updated["kernels"]["records"].size(), 6U);
-  EXPECT_EQ(updated["kernels"]["quality"].size(), 6U);  // 3 formats x 2 weight distributions
-  EXPECT_EQ(updated["kernels"]["dram_read_gbs"].get<double>(), 20.0);  // the profile's, no read taken
-  EXPECT_TRUE(updated["kernels"]["dram_read_measured_around"].is_null());
+  EXPECT_EQ(nlohmann::json::parse(in)["keep"], nlohmann::json({1, 2, 3}));  // earlier content kept
+  const auto kernels = kernels_section(profile);
+  EXPECT_EQ(kernels["schema"], "infercast.kernels/1");
+  EXPECT_EQ(kernels["records"].size(), 6U);
+  EXPECT_EQ(kernels["quality"].size(), 6U);  // 3 formats x 2 weight distributions
+  EXPECT_EQ(kernels["dram_read_gbs"].get<double>(), 20.0);  // the profile's, no read taken
+  EXPECT_TRUE(kernels["dram_read_measured_around"].is_null());
   fs::remove(profile);
 }
 
@@ -172,8 +177,7 @@ TEST(CliKernels, ReadNowSetsTheMemoryCeilingFromReadsAroundTheSweep) {
   const Result r = run("kernels --profile " + profile.string() +
                        " --shapes 64x256 --batches 1 --formats Q8_0 --footprint 1MiB --min-time 0.01 --no-quality --read-now --json");
   ASSERT_EQ(r.status, 0) << r.err;
-  std::ifstream in(profile);
-  const auto kernels = nlohmann::json::parse(in)["kernels"];
+  const auto kernels = kernels_section(profile);
   const auto around = kernels["dram_read_measured_around"];
   ASSERT_EQ(around.size(), 2U);
   EXPECT_GT(around[0].get<double>(), 0.0);
