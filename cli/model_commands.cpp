@@ -73,9 +73,18 @@ struct RunArgs {
   bool check_read = false;
   std::string load = "auto";
   int repetitions = 1;
+  bool products = false;
 };
 
+nlohmann::json to_json(const ProductTime& p) {
+  return {{"kind", to_string(p.role)}, {"formats", p.formats},  {"calls", p.calls},
+          {"bytes", p.bytes},          {"rows", p.rows},        {"seconds", p.seconds},
+          {"weight_gbs", p.seconds > 0 ? static_cast<double>(p.bytes) / p.seconds / 1e9 : 0.0}};
+}
+
 nlohmann::json to_json(const RunReport& r) {
+  nlohmann::json products = nlohmann::json::array();
+  for (const ProductTime& p : r.decode_products) products.push_back(to_json(p));
   return {{"prompt_tokens", r.prompt_tokens},   {"gen_tokens", r.gen_tokens},
           {"concurrency", r.concurrency},       {"threads", r.threads},
           {"isa", r.isa},                       {"prefill_kernel", r.prefill_kernel},
@@ -87,6 +96,7 @@ nlohmann::json to_json(const RunReport& r) {
           {"prefill_seconds", r.prefill_seconds}, {"decode_seconds", r.decode_seconds},
           {"prefill_gemm_seconds", r.prefill_gemm_seconds}, {"decode_gemm_seconds", r.decode_gemm_seconds},
           {"prefill_attention_seconds", r.prefill_attention_seconds}, {"decode_attention_seconds", r.decode_attention_seconds},
+          {"decode_products", products},
           {"peak_rss_bytes", r.peak_rss_bytes}, {"tokens", r.tokens},
           {"numa", {{"nodes", r.numa.nodes}, {"applied", r.numa.applied}, {"bytes_bound", r.numa.bytes_bound},
                     {"note", r.numa.note}}},
@@ -120,6 +130,20 @@ std::string time_split(double total, double products, double attention) {
   if (total <= 0) return "-";
   return fmt::format("{:.0f}% / {:.0f}% / {:.0f}%", 100 * products / total, 100 * attention / total,
                      100 * std::max(0.0, total - products - attention) / total);
+}
+
+// Decode's products by kind: where the matrix time of a step goes, each at its own bandwidth.
+void print_products(const RunReport& r) {
+  const int steps = r.gen_tokens - 1;
+  if (steps < 1 || r.decode_products.empty()) return;
+  fmt::print("\n  decode products per step, all layers   (median of the runs)\n");
+  fmt::print("    {:<12} {:<16} {:>6} {:>10} {:>9} {:>6} {:>8}\n", "kind", "formats", "calls", "weights", "ms", "share", "GB/s");
+  for (const ProductTime& p : r.decode_products) {
+    fmt::print("    {:<12} {:<16} {:>6} {:>10} {:>9.3f} {:>5.1f}% {:>8.1f}\n", to_string(p.role), p.formats, p.calls / steps,
+               format_size(p.bytes / static_cast<std::uint64_t>(steps)), 1e3 * p.seconds / steps,
+               r.decode_gemm_seconds > 0 ? 100 * p.seconds / r.decode_gemm_seconds : 0.0,
+               p.seconds > 0 ? static_cast<double>(p.bytes) / p.seconds / 1e9 : 0.0);
+  }
 }
 
 void run(RunArgs& a) {
@@ -191,6 +215,7 @@ void run(RunArgs& a) {
                series.decode_tps.size(), spread(series.prefill_tps), spread(series.decode_tps));
   }
   fmt::print("  peak RSS  {}\n", format_size(r.peak_rss_bytes));
+  if (a.products) print_products(r);
   if (!r.text.empty()) {
     fmt::print("\nsequence 0 continues: {}\n", r.text.front());
   }
@@ -245,6 +270,7 @@ void add_run_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--repetitions", a->repetitions,
                   "Measured runs (after one warm-up run when more than one); every figure is their median")
       ->capture_default_str();
+  cmd->add_flag("--products", a->products, "Also print decode's weight products by kind: time and bandwidth of each");
   cmd->add_flag("--json", a->json, "Print the results as JSON");
   cmd->callback([a, &exit_status] {
     run(*a);

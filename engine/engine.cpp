@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "engine/ops.h"
+#include "kernels/formats.h"
 #include "kernels/half.h"
 #include "probes/error.h"
 
@@ -104,15 +105,56 @@ double parallel_operations(int dense_layers, int moe_layers, double tokens, doub
   return dense_layers * dense + moe_layers * moe + (logits ? 1.0 : 0.0);
 }
 
-void Engine::gemm(const WeightView& w, const float* x, std::size_t batch, float* y) { gemm_shared({w}, x, batch, {y}); }
+std::string_view to_string(ProductRole role) {
+  switch (role) {
+    case ProductRole::attention_qkv: return "attn_qkv";
+    case ProductRole::attention_output: return "attn_output";
+    case ProductRole::ffn_gate_up: return "ffn_gate_up";
+    case ProductRole::ffn_down: return "ffn_down";
+    case ProductRole::router: return "router";
+    case ProductRole::expert_gate: return "expert_gate";
+    case ProductRole::expert_up: return "expert_up";
+    case ProductRole::expert_down: return "expert_down";
+    case ProductRole::output: return "output";
+  }
+  return "?";
+}
 
-void Engine::gemm_shared(std::initializer_list<WeightView> ws, const float* x, std::size_t batch,
+void accumulate(std::vector<ProductTime>& into, const std::vector<ProductTime>& more) {
+  for (const ProductTime& p : more) {
+    auto it = std::find_if(into.begin(), into.end(), [&](const ProductTime& q) { return q.role == p.role && q.formats == p.formats; });
+    if (it == into.end()) {
+      into.push_back(p);
+      continue;
+    }
+    it->calls += p.calls;
+    it->bytes += p.bytes;
+    it->rows += p.rows;
+    it->seconds += p.seconds;
+  }
+}
+
+void Engine::gemm(ProductRole role, const WeightView& w, const float* x, std::size_t batch, float* y) {
+  gemm_shared(role, {w}, x, batch, {y});
+}
+
+void Engine::gemm_shared(ProductRole role, std::initializer_list<WeightView> ws, const float* x, std::size_t batch,
                          std::initializer_list<float*> ys) {
   ++step_parallel_operations_;
   const auto start = std::chrono::steady_clock::now();
   ctx_.gemm_shared(std::span(ws.begin(), ws.size()), x, batch, std::span(ys.begin(), ys.size()));
-  step_gemm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (const WeightView& w : ws) step_weight_bytes_ += bytes_of(w);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  step_gemm_seconds_ += seconds;
+  ProductTime p{role, {}, 1, 0, 0, seconds};
+  for (const WeightView& w : ws) {
+    p.bytes += bytes_of(w);
+    p.rows += static_cast<std::uint64_t>(w.rows);
+    // Short names fit the string's own buffer: no allocation per product.
+    if (!p.formats.empty()) p.formats += '+';
+    p.formats += format_info(w.type).name;
+  }
+  step_weight_bytes_ += p.bytes;
+  accumulate(step_products_, {p});
 }
 
 void Engine::parallel_for(std::size_t n, const std::function<void(std::size_t, std::size_t, unsigned)>& body) {
@@ -133,6 +175,7 @@ void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits)
   logits.clear();
   step_weight_bytes_ = 0;
   step_gemm_seconds_ = 0;
+  step_products_.clear();
   step_attention_seconds_ = 0;
   step_parallel_operations_ = 0;
   step_experts_touched_ = 0;
@@ -186,14 +229,14 @@ void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits)
     parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) {
       for (std::size_t t = begin; t < end; ++t) rms_norm(&x_[t * dim], w.attn_norm, &xn_[t * dim], dim, cfg_.norm_eps);
     });
-    gemm_shared({w.wq, w.wk, w.wv}, xn_.data(), n, {q_.data(), k_.data(), v_.data()});
+    gemm_shared(ProductRole::attention_qkv, {w.wq, w.wk, w.wv}, xn_.data(), n, {q_.data(), k_.data(), v_.data()});
     parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) {
       for (std::size_t t = begin; t < end; ++t) store_token(l, tokens[t], positions[t], t);
     });
     const auto attention_start = std::chrono::steady_clock::now();
     attention(l, tokens, positions);
     step_attention_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - attention_start).count();
-    gemm(w.wo, att_.data(), n, xn_.data());
+    gemm(ProductRole::attention_output, w.wo, att_.data(), n, xn_.data());
     parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) {
       for (std::size_t t = begin; t < end; ++t) {
         for (std::size_t i = t * dim; i < (t + 1) * dim; ++i) x_[i] += xn_[i];
@@ -216,7 +259,7 @@ void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits)
     rms_norm(&x_[wanted[i] * dim], model_.output_norm(), &xn_[i * dim], dim, cfg_.norm_eps);
   }
   logits.resize(wanted.size() * static_cast<std::size_t>(cfg_.vocab));
-  if (!wanted.empty()) gemm(model_.output(), xn_.data(), wanted.size(), logits.data());
+  if (!wanted.empty()) gemm(ProductRole::output, model_.output(), xn_.data(), wanted.size(), logits.data());
 
   for (std::size_t t = 0; t < n; ++t) sequences_[static_cast<std::size_t>(tokens[t].sequence)].length = positions[t] + 1;
 }
@@ -327,9 +370,9 @@ void Engine::feed_forward(const LayerWeights& w, std::size_t n) {
   const auto ffn = static_cast<std::size_t>(cfg_.ffn);
   gate_.resize(n * ffn);
   up_.resize(n * ffn);
-  gemm_shared({w.gate, w.up}, xn_.data(), n, {gate_.data(), up_.data()});
+  gemm_shared(ProductRole::ffn_gate_up, {w.gate, w.up}, xn_.data(), n, {gate_.data(), up_.data()});
   parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) { vec_.swiglu(&gate_[begin * ffn], &up_[begin * ffn], (end - begin) * ffn); });
-  gemm(w.down, gate_.data(), n, xn_.data());
+  gemm(ProductRole::ffn_down, w.down, gate_.data(), n, xn_.data());
   parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) {
     for (std::size_t i = begin * dim; i < end * dim; ++i) x_[i] += xn_[i];
   });
@@ -341,7 +384,7 @@ void Engine::mixture(const LayerWeights& w, std::size_t n) {
   const auto experts = static_cast<std::size_t>(cfg_.experts);
   const auto k = static_cast<std::size_t>(cfg_.active_experts);
   router_.resize(n * experts);
-  gemm(w.router, xn_.data(), n, router_.data());
+  gemm(ProductRole::router, w.router, xn_.data(), n, router_.data());
 
   // Per token: the k highest router logits, weighted by a softmax over those k (Mixtral).
   // Buffers kept across layers and steps: routing runs once per layer in every decode step.
@@ -371,10 +414,10 @@ void Engine::mixture(const LayerWeights& w, std::size_t n) {
     expert_out_.resize(m * dim);
     for (std::size_t i = 0; i < m; ++i) std::memcpy(&expert_in_[i * dim], &xn_[list[i].first * dim], dim * sizeof(float));
     const int ei = static_cast<int>(e);
-    gemm(expert_slice(w.gate_exps, cfg_.experts, ei), expert_in_.data(), m, expert_gate_.data());
-    gemm(expert_slice(w.up_exps, cfg_.experts, ei), expert_in_.data(), m, expert_up_.data());
+    gemm(ProductRole::expert_gate, expert_slice(w.gate_exps, cfg_.experts, ei), expert_in_.data(), m, expert_gate_.data());
+    gemm(ProductRole::expert_up, expert_slice(w.up_exps, cfg_.experts, ei), expert_in_.data(), m, expert_up_.data());
     vec_.swiglu(expert_gate_.data(), expert_up_.data(), m * ffn);
-    gemm(expert_slice(w.down_exps, cfg_.experts, ei), expert_gate_.data(), m, expert_out_.data());
+    gemm(ProductRole::expert_down, expert_slice(w.down_exps, cfg_.experts, ei), expert_gate_.data(), m, expert_out_.data());
     for (std::size_t i = 0; i < m; ++i) {
       float* x = &x_[list[i].first * dim];
       const float weight = list[i].second;

@@ -15,6 +15,8 @@
 #include <initializer_list>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/model.h"
@@ -47,6 +49,24 @@ struct StepToken {
 // a test holds the two together).
 double parallel_operations(int dense_layers, int moe_layers, double tokens, double experts_touched, bool logits);
 
+// The kinds of weight product in a step. A step's products summed by kind (over its layers)
+// tell where its matrix time goes, and let each be set beside the kernel sweep's figure for the
+// same format and size.
+enum class ProductRole { attention_qkv, attention_output, ffn_gate_up, ffn_down, router, expert_gate, expert_up, expert_down, output };
+std::string_view to_string(ProductRole role);
+
+struct ProductTime {
+  ProductRole role = ProductRole::attention_qkv;
+  std::string formats;  // the weight format, or the formats of matrices sharing a call ("Q4_K+Q6_K")
+  int calls = 0;
+  std::uint64_t bytes = 0;  // weight bytes read
+  std::uint64_t rows = 0;   // output rows computed, per call summed
+  double seconds = 0;
+};
+
+// Adds `more` into `into`, product kind by product kind (kinds new to `into` appended).
+void accumulate(std::vector<ProductTime>& into, const std::vector<ProductTime>& more);
+
 inline constexpr int kKvBlockTokens = 16;
 static_assert(kKvBlockTokens == kKeyBlock, "a KV block is one block of keys for dot_keys");
 
@@ -68,6 +88,8 @@ class Engine {
   // Seconds the last step spent in weight-matrix products; the rest of a step is attention,
   // norms, RoPE and the cache (what the forecast calls the engine's overheads).
   [[nodiscard]] double last_step_gemm_seconds() const { return step_gemm_seconds_; }
+  // The same seconds, bytes and rows by kind of product and format, in the order first met.
+  [[nodiscard]] const std::vector<ProductTime>& last_step_products() const { return step_products_; }
   // Seconds the last step spent in attention over the KV cache (scores, softmax, weighted sum).
   [[nodiscard]] double last_step_attention_seconds() const { return step_attention_seconds_; }
   // Thread-team starts of the last step (see parallel_operations), and the experts its MoE
@@ -87,9 +109,10 @@ class Engine {
     std::vector<int> blocks;
   };
 
-  void gemm(const WeightView& w, const float* x, std::size_t batch, float* y);
+  void gemm(ProductRole role, const WeightView& w, const float* x, std::size_t batch, float* y);
   // Matrices sharing one input: one activation packing and one start of the threads.
-  void gemm_shared(std::initializer_list<WeightView> ws, const float* x, std::size_t batch, std::initializer_list<float*> ys);
+  void gemm_shared(ProductRole role, std::initializer_list<WeightView> ws, const float* x, std::size_t batch,
+                   std::initializer_list<float*> ys);
   // One KV head's keys (or values) for the kKvBlockTokens tokens of a block, contiguous, so
   // attention over one head streams whole cache lines: values token by token, keys element by
   // element (the column layout of VecOps::dot_keys).
@@ -122,6 +145,7 @@ class Engine {
   std::vector<Sequence> sequences_;
   std::uint64_t step_weight_bytes_ = 0;
   double step_gemm_seconds_ = 0;
+  std::vector<ProductTime> step_products_;
   double step_attention_seconds_ = 0;
   int step_parallel_operations_ = 0;
   int step_experts_touched_ = 0;

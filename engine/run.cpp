@@ -91,6 +91,7 @@ void run_engine(const Model& model, const RunOptions& o, const std::vector<int>&
     engine.step(batch, logits);
     decode_bytes += engine.last_step_weight_bytes();
     r.decode_gemm_seconds += engine.last_step_gemm_seconds();
+    accumulate(r.decode_products, engine.last_step_products());
     r.decode_attention_seconds += engine.last_step_attention_seconds();
     for (int c = 0; c < o.concurrency; ++c) {
       next[static_cast<std::size_t>(c)] = argmax(&logits[static_cast<std::size_t>(c) * static_cast<std::size_t>(cfg.vocab)], cfg.vocab);
@@ -184,6 +185,15 @@ RunSeries run_series(const Model& model, const RunOptions& o, const Tokenizer* t
     std::vector<double> values;
     for (const RunReport& r : runs) values.push_back(r.*field);
     series.report.*field = median_of(values);
+  }
+  for (ProductTime& p : series.report.decode_products) {
+    std::vector<double> values;
+    for (const RunReport& r : runs) {
+      for (const ProductTime& q : r.decode_products) {
+        if (q.role == p.role && q.formats == p.formats) values.push_back(q.seconds);
+      }
+    }
+    p.seconds = median_of(values);
   }
   for (const RunReport& r : runs) series.report.peak_rss_bytes = std::max(series.report.peak_rss_bytes, r.peak_rss_bytes);
   return series;

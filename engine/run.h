@@ -48,6 +48,8 @@ struct RunReport {
   double decode_weight_gbs = 0;
   double prefill_gemm_seconds = 0;  // of prefill_seconds, in weight-matrix products
   double decode_gemm_seconds = 0;   // of decode_seconds, likewise
+  // decode_gemm_seconds by kind of product and format, summed over the decode's steps.
+  std::vector<ProductTime> decode_products;
   double prefill_attention_seconds = 0;  // of prefill_seconds, in attention over the KV cache
   double decode_attention_seconds = 0;   // of decode_seconds, likewise
   std::uint64_t kv_cache_bytes = 0;
@@ -67,8 +69,8 @@ RunReport run_model(const Model& model, const RunOptions& options, const Tokeniz
 // decode run differs from the next by 13-15% (standard deviation, docs/PERFORMANCE.md), so a
 // single run is a sample, not a figure.
 struct RunSeries {
-  // Every timed figure (rates, seconds, GB/s, the reads) the median of the runs' own, each taken
-  // apart; tokens and text are the first run's (every run generates the same); peak RSS the
+  // Every timed figure (rates, seconds, GB/s, the reads, each product's seconds) the median of
+  // the runs' own, each taken apart; tokens and text are the first run's (every run generates the same); peak RSS the
   // largest.
   RunReport report;
   // Each measured run's figures, in order.

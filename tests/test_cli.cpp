@@ -208,6 +208,15 @@ TEST(CliModel, GenModelAndRunReportTheFigures) {
   const double decode_seconds = j["decode_seconds"].get<double>();
   EXPECT_GT(j["decode_attention_seconds"].get<double>(), 0.0);
   EXPECT_LT(j["decode_gemm_seconds"].get<double>() + j["decode_attention_seconds"].get<double>(), decode_seconds);
+  // ... and the products' time by kind adds up to the products' whole.
+  double product_seconds = 0;
+  for (const auto& p : j["decode_products"]) {
+    EXPECT_FALSE(p["kind"].get<std::string>().empty());
+    EXPECT_GT(p["weight_gbs"].get<double>(), 0.0);
+    product_seconds += p["seconds"].get<double>();
+  }
+  EXPECT_GE(j["decode_products"].size(), 5U);  // QKV, attention output, gate/up, down, output head
+  EXPECT_NEAR(product_seconds, j["decode_gemm_seconds"].get<double>(), 1e-9);
   EXPECT_FALSE(j.contains("decode_read_fraction"));  // only measured on request
   EXPECT_EQ(j["tokens"].size(), 3U);
   EXPECT_EQ(j["tokens"][0].size(), 6U);
@@ -231,9 +240,11 @@ TEST(CliModel, GenModelAndRunReportTheFigures) {
   EXPECT_GE(rj["decode_tps_cv"].get<double>(), 0.0);
   EXPECT_EQ(j["repetitions"].get<int>(), 1);
   expect_usage_error("run --model " + model.string() + " --repetitions 0", "--repetitions");
-  const Result text = run("run --model " + model.string() + " --prompt \"hello world\" --gen-tokens 3");
+  const Result text = run("run --model " + model.string() + " --prompt \"hello world\" --gen-tokens 3 --products");
   EXPECT_EQ(text.status, 0) << text.err;
   EXPECT_NE(text.out.find("continues:"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("decode products per step"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("ffn_gate_up"), std::string::npos) << text.out;
   // Existing output survives a failed generation.
   expect_usage_error("gen-model --layers 2 --dim 128 --ffn 256 --heads 3 --vocab 600 --out " + model.string(), "--heads");
   EXPECT_EQ(run("run --model " + model.string() + " --gen-tokens 2 --prompt-tokens 2").status, 0);

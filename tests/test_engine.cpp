@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include "engine/engine.h"
 #include "engine/generate.h"
@@ -355,6 +356,59 @@ TEST(Engine, CountsTheParallelOperationsTheForecastCharges) {
       EXPECT_EQ(e.last_step_experts_touched(), 0);
     }
   }
+}
+
+// A step's products by kind add up to its matrix time and bytes: every product is counted once,
+// under the kind the engine ran it as, with the formats of the matrices sharing its call.
+TEST(Engine, SplitsTheMatrixTimeByKindOfProduct) {
+  for (const int experts : {0, 4}) {
+    const Model& m = tiny_model("Q8_0", "llama", experts);
+    const int layers = m.config().layers;
+    Engine e(m, options(2, GgmlType::f16, 64));
+    const int s = e.add_sequence();
+    std::vector<float> logits;
+    const std::vector<StepToken> one{{s, 5, true}};
+    e.step(one, logits);
+    std::map<std::string, int> calls;
+    int router_calls = 0;  // the router keeps a float format
+    double seconds = 0;
+    std::uint64_t bytes = 0;
+    for (const ProductTime& p : e.last_step_products()) {
+      const std::string kind{to_string(p.role)};
+      EXPECT_EQ(calls.count(kind + p.formats), 0U) << "one entry per kind and formats";
+      calls[kind + p.formats] = p.calls;
+      if (p.role == ProductRole::router) router_calls += p.calls;
+      seconds += p.seconds;
+      bytes += p.bytes;
+      EXPECT_GT(p.rows, 0U);
+    }
+    EXPECT_NEAR(seconds, e.last_step_gemm_seconds(), 1e-9 * std::max(1.0, seconds));
+    const std::uint64_t embedding_row = m.embedding().bytes / static_cast<std::uint64_t>(m.config().vocab);
+    EXPECT_EQ(bytes + embedding_row, e.last_step_weight_bytes()) << experts;
+    EXPECT_EQ(calls["attn_qkvQ8_0+Q8_0+Q8_0"], layers);
+    EXPECT_EQ(calls["attn_outputQ8_0"], layers);
+    EXPECT_EQ(calls["outputQ8_0"], 1);
+    if (experts > 0) {
+      EXPECT_EQ(router_calls, layers);
+      EXPECT_EQ(calls["expert_gateQ8_0"], e.last_step_experts_touched());
+      EXPECT_EQ(calls["expert_downQ8_0"], e.last_step_experts_touched());
+      EXPECT_EQ(calls.count("ffn_gate_upQ8_0+Q8_0"), 0U);
+    } else {
+      EXPECT_EQ(calls["ffn_gate_upQ8_0+Q8_0"], layers);
+      EXPECT_EQ(calls["ffn_downQ8_0"], layers);
+      EXPECT_EQ(router_calls, 0);
+    }
+  }
+  // A run sums them over its decode steps.
+  const RunReport r = run_model(tiny_model("Q8_0"), short_run(4, 6, 2), nullptr);
+  double seconds = 0;
+  for (const ProductTime& p : r.decode_products) {
+    seconds += p.seconds;
+    if (p.role == ProductRole::output) {
+      EXPECT_EQ(p.calls, 5);
+    }
+  }
+  EXPECT_NEAR(seconds, r.decode_gemm_seconds, 1e-9 * std::max(1.0, seconds));
 }
 
 // The plan for a two-node machine (threads 0 and 1 on nodes 0 and 1): every matrix split in
