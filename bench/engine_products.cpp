@@ -68,6 +68,19 @@ std::vector<ProductTime> engine_steps(Engine& engine, const ModelConfig& cfg, in
   return total;
 }
 
+// Calls `product(role, {matrices})` for each product of a dense model's decode step, in the
+// engine's order and grouping.
+template <class Product>
+void for_each_product(const Model& model, Product&& product) {
+  for (const LayerWeights& w : model.layers()) {
+    product(ProductRole::attention_qkv, {w.wq, w.wk, w.wv});
+    product(ProductRole::attention_output, {w.wo});
+    product(ProductRole::ffn_gate_up, {w.gate, w.up});
+    product(ProductRole::ffn_down, {w.down});
+  }
+  product(ProductRole::output, {model.output()});
+}
+
 // The same products in the same order and calls, back to back, nothing between them.
 std::vector<ProductTime> replay(GemmContext& ctx, const Model& model, int steps, int concurrency) {
   const ModelConfig& cfg = model.config();
@@ -75,27 +88,13 @@ std::vector<ProductTime> replay(GemmContext& ctx, const Model& model, int steps,
   std::vector<float> x(n * static_cast<std::size_t>(std::max({cfg.dim, cfg.ffn, cfg.q_dim()})), 0.01F);
   std::vector<float> a(n * static_cast<std::size_t>(cfg.vocab)), b(a.size()), c(a.size());
   std::vector<ProductTime> total;
-  const auto time = [&](ProductRole role, std::initializer_list<WeightView> ws) {
-    std::vector<float*> ys{a.data(), b.data(), c.data()};
-    const auto t0 = std::chrono::steady_clock::now();
-    ctx.gemm_shared(std::span(ws.begin(), ws.size()), x.data(), n, std::span(ys.data(), ws.size()));
-    ProductTime p{role, {}, 1, 0, 0, seconds_since(t0)};
-    for (const WeightView& w : ws) {
-      p.bytes += static_cast<std::uint64_t>(w.rows) * w.row_bytes;
-      p.rows += w.rows;
-      if (!p.formats.empty()) p.formats += '+';
-      p.formats += format_info(w.type).name;
-    }
-    accumulate(total, {p});
-  };
   for (int g = 0; g < steps; ++g) {
-    for (const LayerWeights& w : model.layers()) {
-      time(ProductRole::attention_qkv, {w.wq, w.wk, w.wv});
-      time(ProductRole::attention_output, {w.wo});
-      time(ProductRole::ffn_gate_up, {w.gate, w.up});
-      time(ProductRole::ffn_down, {w.down});
-    }
-    time(ProductRole::output, {model.output()});
+    for_each_product(model, [&](ProductRole role, std::initializer_list<WeightView> ws) {
+      std::vector<float*> ys{a.data(), b.data(), c.data()};
+      const auto t0 = std::chrono::steady_clock::now();
+      ctx.gemm_shared(std::span(ws.begin(), ws.size()), x.data(), n, std::span(ys.data(), ws.size()));
+      accumulate(total, {product_time(role, std::span(ws.begin(), ws.size()), seconds_since(t0))});
+    });
   }
   return total;
 }
@@ -118,25 +117,15 @@ void record_curve_forecast(const Model& model, const std::vector<KernelPoint>& p
     c.curves[k.type] = {split_point(batch, at(k.type, kLongRows[0]), at(k.type, kShortRows[0]), at(k.type, kSmall[0]), k.kernel)};
   }
   std::map<std::string, double> forecast;
-  const auto add = [&](ProductRole role, std::initializer_list<WeightView> ws) {
+  for_each_product(model, [&](ProductRole role, std::initializer_list<WeightView> ws) {
     double seconds = 0;
-    std::string formats;
-    bool first = true;
+    bool first = true;  // matrices after the first share its call
     for (const WeightView& w : ws) {
       seconds += c.product_seconds(w.type, static_cast<double>(w.rows * w.row_bytes), static_cast<double>(w.rows), batch, first ? 1 : 0);
       first = false;
-      if (!formats.empty()) formats += '+';
-      formats += format_info(w.type).name;
     }
-    forecast[fmt::format("{} {}", to_string(role), formats)] += seconds * steps;
-  };
-  for (const LayerWeights& w : model.layers()) {
-    add(ProductRole::attention_qkv, {w.wq, w.wk, w.wv});
-    add(ProductRole::attention_output, {w.wo});
-    add(ProductRole::ffn_gate_up, {w.gate, w.up});
-    add(ProductRole::ffn_down, {w.down});
-  }
-  add(ProductRole::output, {model.output()});
+    forecast[key_of(product_time(role, std::span(ws.begin(), ws.size()), 0))] += seconds * steps;
+  });
   double all_forecast = 0, all_replayed = 0;
   for (const ProductTime& p : replayed) {
     const double f = forecast[key_of(p)];

@@ -120,6 +120,18 @@ std::string_view to_string(ProductRole role) {
   return "?";
 }
 
+ProductTime product_time(ProductRole role, std::span<const WeightView> ws, double seconds) {
+  ProductTime p{role, {}, 1, 0, 0, seconds};
+  for (const WeightView& w : ws) {
+    p.bytes += bytes_of(w);
+    p.rows += static_cast<std::uint64_t>(w.rows);
+    // Short names fit the string's own buffer: no allocation per product.
+    if (!p.formats.empty()) p.formats += '+';
+    p.formats += format_info(w.type).name;
+  }
+  return p;
+}
+
 void accumulate(std::vector<ProductTime>& into, const std::vector<ProductTime>& more) {
   for (const ProductTime& p : more) {
     auto it = std::find_if(into.begin(), into.end(), [&](const ProductTime& q) { return q.role == p.role && q.formats == p.formats; });
@@ -145,14 +157,7 @@ void Engine::gemm_shared(ProductRole role, std::initializer_list<WeightView> ws,
   ctx_.gemm_shared(std::span(ws.begin(), ws.size()), x, batch, std::span(ys.begin(), ys.size()));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   step_gemm_seconds_ += seconds;
-  ProductTime p{role, {}, 1, 0, 0, seconds};
-  for (const WeightView& w : ws) {
-    p.bytes += bytes_of(w);
-    p.rows += static_cast<std::uint64_t>(w.rows);
-    // Short names fit the string's own buffer: no allocation per product.
-    if (!p.formats.empty()) p.formats += '+';
-    p.formats += format_info(w.type).name;
-  }
+  ProductTime p = product_time(role, std::span(ws.begin(), ws.size()), seconds);
   step_weight_bytes_ += p.bytes;
   accumulate(step_products_, {p});
 }

@@ -64,6 +64,9 @@ struct ProductTime {
   double seconds = 0;
 };
 
+// One call of `role` over the matrices `ws` (several when they share the call) that took `seconds`.
+ProductTime product_time(ProductRole role, std::span<const WeightView> ws, double seconds);
+
 // Adds `more` into `into`, product kind by product kind (kinds new to `into` appended).
 void accumulate(std::vector<ProductTime>& into, const std::vector<ProductTime>& more);
 
