@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
   app.add_option("--sweep-shapes", sweep_shapes)->delimiter(',');
   app.add_option("--rounds", rounds)->check(CLI::Range(1, 1000));
   app.add_option("--steps", steps)->check(CLI::Range(1, 1000));
-  app.add_option("--concurrency", concurrency)->check(CLI::Range(1, 64));
+  app.add_option("--concurrency", concurrency)->check(CLI::Range(1, 512));
   app.add_option("--threads", threads)->check(CLI::Range(1U, host_topology().cores));
   try {
     app.parse(argc, argv);

@@ -385,7 +385,11 @@ void validate(const ValidateArgs& a) {
                       {"decode_step_seconds", {{"predicted_matrix", v.predicted_step_matrix_seconds},
                                                {"measured_matrix", v.measured_step_matrix_seconds},
                                                {"predicted_other", v.predicted_step_other_seconds},
-                                               {"measured_other", v.measured_step_other_seconds}}}});
+                                               {"measured_other", v.measured_step_other_seconds}}},
+                      {"prefill_prompt_seconds", {{"predicted_matrix", v.predicted_prompt_matrix_seconds},
+                                                  {"measured_matrix", v.measured_prompt_matrix_seconds},
+                                                  {"predicted_other", v.predicted_prompt_other_seconds},
+                                                  {"measured_other", v.measured_prompt_other_seconds}}}});
     }
     nlohmann::json fitted = nlohmann::json::array();
     for (const auto& run : c->runs) fitted.push_back({{"model", run.model}, {"quant", run.quant}, {"concurrency", run.concurrency}, {"prompt", run.prompt}});
@@ -422,15 +426,20 @@ void validate(const ValidateArgs& a) {
                v.curve_read_gbs, v.read_before_gbs, v.read_after_gbs, v.reruns, v.predicted_decode_tps_at_run_read,
                100 * v.decode_error_at_run_read());
   }
-  fmt::print("\none decode step, forecast / measured (ms): the weight products and the rest\n");
-  fmt::print("  {:<15} {:<7} {:>2} {:>17} {:>7} {:>17} {:>7}\n", "model", "format", "C", "products", "error", "rest", "error");
-  for (const auto& v : r.rows) {
-    const auto error = [](double predicted, double measured) { return measured > 0 ? 100 * (predicted / measured - 1) : 0.0; };
-    fmt::print("  {:<15} {:<7} {:>2} {:>8.2f} / {:<6.2f} {:>+6.1f}% {:>8.2f} / {:<6.2f} {:>+6.1f}%\n", v.model, v.quant, v.concurrency,
-               1e3 * v.predicted_step_matrix_seconds, 1e3 * v.measured_step_matrix_seconds,
-               error(v.predicted_step_matrix_seconds, v.measured_step_matrix_seconds), 1e3 * v.predicted_step_other_seconds,
-               1e3 * v.measured_step_other_seconds, error(v.predicted_step_other_seconds, v.measured_step_other_seconds));
-  }
+  const auto print_split = [&](const char* title, double ValidationRow::*pm, double ValidationRow::*mm, double ValidationRow::*po,
+                                double ValidationRow::*mo) {
+    fmt::print("\n{}, forecast / measured (ms): the weight products and the rest\n", title);
+    fmt::print("  {:<15} {:<7} {:>2} {:>19} {:>7} {:>17} {:>7}\n", "model", "format", "C", "products", "error", "rest", "error");
+    for (const auto& v : r.rows) {
+      const auto error = [](double predicted, double measured) { return measured > 0 ? 100 * (predicted / measured - 1) : 0.0; };
+      fmt::print("  {:<15} {:<7} {:>2} {:>9.2f} / {:<7.2f} {:>+6.1f}% {:>8.2f} / {:<6.2f} {:>+6.1f}%\n", v.model, v.quant, v.concurrency,
+                 1e3 * v.*pm, 1e3 * v.*mm, error(v.*pm, v.*mm), 1e3 * v.*po, 1e3 * v.*mo, error(v.*po, v.*mo));
+    }
+  };
+  print_split("one decode step", &ValidationRow::predicted_step_matrix_seconds, &ValidationRow::measured_step_matrix_seconds,
+              &ValidationRow::predicted_step_other_seconds, &ValidationRow::measured_step_other_seconds);
+  print_split("one prompt's prefill", &ValidationRow::predicted_prompt_matrix_seconds, &ValidationRow::measured_prompt_matrix_seconds,
+              &ValidationRow::predicted_prompt_other_seconds, &ValidationRow::measured_prompt_other_seconds);
   fmt::print("\nworst decode error {:.1f}% (at each run's own read: {:.1f}%), worst prefill error {:.1f}%\n", 100 * r.worst_decode_error,
              100 * r.worst_decode_error_at_run_read, 100 * r.worst_prefill_error);
 }

@@ -279,6 +279,8 @@ ForecastRow forecast_row(const Architecture& a, const WeightInventory& w, const 
   const double prefill_bytes = std::ceil(load.prompt / kPrefillChunk) * static_cast<double>(w.total_bytes());
   const double prefill_band = p.relative_band(prefill_time.matrix, prefill_time.other, prefill_bytes / (p.stream_gbs() * 1e9));
   r.prefill_tps = load.prompt / prefill;
+  r.prefill_matrix_seconds = prefill_time.matrix;
+  r.prefill_other_seconds = prefill_time.other;
   r.prefill_low = r.prefill_tps * (1 - prefill_band);
   r.prefill_high = r.prefill_tps * (1 + prefill_band);
   r.ttft_seconds = prefill;

@@ -78,6 +78,8 @@ struct ForecastRow {
   double decode_low = 0;          // per user, the band
   double decode_high = 0;
   double prefill_tps = 0;         // one prompt on an idle machine
+  double prefill_matrix_seconds = 0;  // of that prompt, in the weight products
+  double prefill_other_seconds = 0;   // the rest
   double prefill_low = 0;
   double prefill_high = 0;
   double ttft_seconds = 0;

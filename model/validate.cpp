@@ -114,6 +114,7 @@ struct RowSamples {
   std::vector<double> decode, decode_low, decode_high;
   std::vector<double> prefill, prefill_low, prefill_high;
   std::vector<double> matrix, measured_matrix, other, measured_other;
+  std::vector<double> prompt_matrix, measured_prompt_matrix, prompt_other, measured_prompt_other;
   std::vector<double> read, read_before, read_after, curve_read, decode_at_run_read, prefill_at_run_read;
   int reruns = 0;
 
@@ -247,6 +248,10 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
           s.other.push_back(f.decode_other_seconds);
           s.measured_matrix.push_back(measured.decode_gemm_seconds / steps);
           s.measured_other.push_back((measured.decode_seconds - measured.decode_gemm_seconds) / steps);
+          s.prompt_matrix.push_back(f.prefill_matrix_seconds);
+          s.prompt_other.push_back(f.prefill_other_seconds);
+          s.measured_prompt_matrix.push_back(measured.prefill_gemm_seconds / conc);
+          s.measured_prompt_other.push_back((measured.prefill_seconds - measured.prefill_gemm_seconds) / conc);
           ++done;
         }
       }
@@ -278,6 +283,10 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
     row.measured_step_matrix_seconds = s.measured_matrix[d];
     row.predicted_step_other_seconds = s.other[d];
     row.measured_step_other_seconds = s.measured_other[d];
+    row.predicted_prompt_matrix_seconds = s.prompt_matrix[p];
+    row.measured_prompt_matrix_seconds = s.measured_prompt_matrix[p];
+    row.predicted_prompt_other_seconds = s.prompt_other[p];
+    row.measured_prompt_other_seconds = s.measured_prompt_other[p];
     row.read_gbs = s.read[d];
     row.read_before_gbs = s.read_before[d];
     row.read_after_gbs = s.read_after[d];

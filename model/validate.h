@@ -79,6 +79,11 @@ struct ValidationRow {
   double measured_step_matrix_seconds = 0;
   double predicted_step_other_seconds = 0;
   double measured_step_other_seconds = 0;
+  // One prompt's prefill split the same way (in the prefill pass; measured per sequence).
+  double predicted_prompt_matrix_seconds = 0;
+  double measured_prompt_matrix_seconds = 0;
+  double predicted_prompt_other_seconds = 0;
+  double measured_prompt_other_seconds = 0;
   // The DRAM read around the decode pass's run, the read its curves were measured at (the
   // forecast above stands for it), and that pass's forecast made at the run's read instead.
   double read_gbs = 0;

@@ -574,6 +574,11 @@ TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
                 1e-9 * row.predicted_decode_tps);
     EXPECT_GT(row.measured_step_matrix_seconds, 0);
     EXPECT_GT(row.measured_step_other_seconds, 0);
+    // One prompt's split likewise: the forecast's adds up to its prefill rate.
+    EXPECT_NEAR(o.prompt / (row.predicted_prompt_matrix_seconds + row.predicted_prompt_other_seconds), row.predicted_prefill_tps,
+                1e-9 * row.predicted_prefill_tps);
+    EXPECT_GT(row.measured_prompt_matrix_seconds, 0);
+    EXPECT_GT(row.measured_prompt_other_seconds, 0);
     // The row is one of its passes, paired: its error is that pass's own.
     ASSERT_EQ(row.decode_pass_errors.size(), 2U);
     ASSERT_EQ(row.prefill_pass_errors.size(), 2U);
