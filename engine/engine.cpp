@@ -24,6 +24,12 @@ std::size_t kv_element_bytes(GgmlType type) {
 
 std::uint64_t bytes_of(const WeightView& w) { return static_cast<std::uint64_t>(w.rows) * w.row_bytes; }
 
+// Sizes a step buffer for `n` values without ever shrinking it: a prompt's buffers stay for the
+// next prompt, and decode's one-token steps neither free nor zero them again.
+void fit(std::vector<float>& v, std::size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
 }  // namespace
 
 Engine::Engine(const Model& model, const EngineOptions& options)
@@ -46,6 +52,42 @@ Engine::Engine(const Model& model, const EngineOptions& options)
   // Hand out low block numbers first: a sequence's blocks then lie in order (see kv_blocks_).
   std::iota(free_blocks_.rbegin(), free_blocks_.rend(), 0);
   scores_.resize(ctx_.threads());
+  for (std::size_t tokens : options.step_sizes) prepare(tokens);
+  if (!options.step_sizes.empty()) kv_pool_.first_touch();
+}
+
+void Engine::prepare(std::size_t n) {
+  if (n == 0) return;
+  const auto dim = static_cast<std::size_t>(cfg_.dim);
+  const auto ffn = static_cast<std::size_t>(cfg_.ffn);
+  for (auto* v : {&x_, &xn_, &expert_in_, &expert_out_}) fit(*v, n * dim);
+  for (auto* v : {&q_, &att_}) fit(*v, n * static_cast<std::size_t>(cfg_.q_dim()));
+  for (auto* v : {&k_, &v_}) fit(*v, n * static_cast<std::size_t>(cfg_.kv_dim()));
+  for (auto* v : {&rope_cos_, &rope_sin_}) fit(*v, n * static_cast<std::size_t>(cfg_.head_dim / 2));
+  if (cfg_.is_moe()) {
+    fit(expert_gate_, n * ffn);
+    fit(expert_up_, n * ffn);
+    fit(router_, n * static_cast<std::size_t>(cfg_.experts));
+  } else {
+    fit(gate_, n * ffn);
+    fit(up_, n * ffn);
+  }
+  // Attention's scores: a query group over the longest sequence the pool or the model allows.
+  const std::size_t longest = std::min(kv_blocks_ * kKvBlockTokens, static_cast<std::size_t>(cfg_.context));
+  for (auto& s : scores_) fit(s, static_cast<std::size_t>(cfg_.heads / cfg_.kv_heads) * longest);
+  const auto prepare_call = [&](std::initializer_list<WeightView> ws) { ctx_.prepare(std::span(ws.begin(), ws.size()), n); };
+  for (const LayerWeights& w : model_.layers()) {
+    prepare_call({w.wq, w.wk, w.wv});
+    prepare_call({w.wo});
+    if (cfg_.is_moe()) {
+      prepare_call({w.router});
+      for (const WeightView* e : {&w.gate_exps, &w.up_exps, &w.down_exps}) prepare_call({expert_slice(*e, cfg_.experts, 0)});
+    } else {
+      prepare_call({w.gate, w.up});
+      prepare_call({w.down});
+    }
+  }
+  prepare_call({model_.output()});
 }
 
 int Engine::add_sequence() {
@@ -213,14 +255,14 @@ void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits)
     }
   }
 
-  x_.resize(n * dim);
-  xn_.resize(n * dim);
-  q_.resize(n * qd);
-  k_.resize(n * kvd);
-  v_.resize(n * kvd);
-  att_.resize(n * qd);
-  rope_cos_.resize(n * half);
-  rope_sin_.resize(n * half);
+  fit(x_, n * dim);
+  fit(xn_, n * dim);
+  fit(q_, n * qd);
+  fit(k_, n * kvd);
+  fit(v_, n * kvd);
+  fit(att_, n * qd);
+  fit(rope_cos_, n * half);
+  fit(rope_sin_, n * half);
   for (std::size_t t = 0; t < n; ++t) {
     model_.embedding_row(tokens[t].token, &x_[t * dim]);
     rope_angles(positions[t], cfg_.head_dim, cfg_.rope_base, &rope_cos_[t * half], &rope_sin_[t * half]);
@@ -323,7 +365,7 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
   const auto group = static_cast<std::size_t>(cfg_.heads / cfg_.kv_heads);
   const float scale = 1.0F / std::sqrt(static_cast<float>(cfg_.head_dim));
   const int max_len = *std::max_element(positions.begin(), positions.end()) + 1;
-  for (auto& s : scores_) s.resize(group * static_cast<std::size_t>(max_len));
+  for (auto& s : scores_) fit(s, group * static_cast<std::size_t>(max_len));
   // One task per (token, KV head): its query heads share every key and value it loads. Tasks
   // are dealt round-robin because a prompt's later tokens attend to more positions.
   const std::size_t tasks = tokens.size() * static_cast<std::size_t>(cfg_.kv_heads);
@@ -373,8 +415,8 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
 void Engine::feed_forward(const LayerWeights& w, std::size_t n) {
   const auto dim = static_cast<std::size_t>(cfg_.dim);
   const auto ffn = static_cast<std::size_t>(cfg_.ffn);
-  gate_.resize(n * ffn);
-  up_.resize(n * ffn);
+  fit(gate_, n * ffn);
+  fit(up_, n * ffn);
   gemm_shared(ProductRole::ffn_gate_up, {w.gate, w.up}, xn_.data(), n, {gate_.data(), up_.data()});
   parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) { vec_.swiglu(&gate_[begin * ffn], &up_[begin * ffn], (end - begin) * ffn); });
   gemm(ProductRole::ffn_down, w.down, gate_.data(), n, xn_.data());
@@ -388,7 +430,7 @@ void Engine::mixture(const LayerWeights& w, std::size_t n) {
   const auto ffn = static_cast<std::size_t>(cfg_.ffn);
   const auto experts = static_cast<std::size_t>(cfg_.experts);
   const auto k = static_cast<std::size_t>(cfg_.active_experts);
-  router_.resize(n * experts);
+  fit(router_, n * experts);
   gemm(ProductRole::router, w.router, xn_.data(), n, router_.data());
 
   // Per token: the k highest router logits, weighted by a softmax over those k (Mixtral).
@@ -413,10 +455,10 @@ void Engine::mixture(const LayerWeights& w, std::size_t n) {
     if (list.empty()) continue;  // an expert no token chose is never read
     ++step_experts_touched_;
     const std::size_t m = list.size();
-    expert_in_.resize(m * dim);
-    expert_gate_.resize(m * ffn);
-    expert_up_.resize(m * ffn);
-    expert_out_.resize(m * dim);
+    fit(expert_in_, m * dim);
+    fit(expert_gate_, m * ffn);
+    fit(expert_up_, m * ffn);
+    fit(expert_out_, m * dim);
     for (std::size_t i = 0; i < m; ++i) std::memcpy(&expert_in_[i * dim], &xn_[list[i].first * dim], dim * sizeof(float));
     const int ei = static_cast<int>(e);
     gemm(ProductRole::expert_gate, expert_slice(w.gate_exps, cfg_.experts, ei), expert_in_.data(), m, expert_gate_.data());

@@ -33,6 +33,10 @@ struct EngineOptions {
   GgmlType kv_type = GgmlType::f16;    // f16 or f32
   std::size_t kv_tokens = 4096;        // pool capacity, tokens over all sequences
   std::optional<IsaLevel> isa;         // default: the active level
+  // Tokens per step to prepare for (a prompt's chunk, the decode batch): the step's buffers,
+  // the kernels' activation buffers and the KV pool are sized and touched at construction, so
+  // the first steps of these sizes take no page faults. Empty: buffers grow as steps need them.
+  std::vector<std::size_t> step_sizes;
 };
 
 struct StepToken {
@@ -124,6 +128,8 @@ class Engine {
   void attention(int layer, std::span<const StepToken> tokens, const std::vector<int>& positions);
   void feed_forward(const LayerWeights& w, std::size_t n);
   void mixture(const LayerWeights& w, std::size_t n);
+  // Sizes and touches every buffer a step over `tokens` tokens uses (see EngineOptions).
+  void prepare(std::size_t tokens);
   void parallel_for(std::size_t n, const std::function<void(std::size_t begin, std::size_t end, unsigned member)>& body);
 
   const Model& model_;

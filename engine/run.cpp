@@ -42,6 +42,10 @@ void run_engine(const Model& model, const RunOptions& o, const std::vector<int>&
   eo.kv_type = o.kv_type;
   eo.isa = o.isa;
   eo.kv_tokens = static_cast<std::size_t>(o.concurrency) * (length + kKvBlockTokens);
+  // Every buffer sized and touched before the clocks start: a run measures the steady state a
+  // server reaches, not its first page faults (the first run in a process took a 0.85B model's
+  // prompt 90 ms beyond its products, the next ones 36; docs/PERFORMANCE.md, seventeenth session).
+  eo.step_sizes = {std::min(prompt.size(), static_cast<std::size_t>(o.max_batch)), static_cast<std::size_t>(o.concurrency)};
   Engine engine(model, eo);
 
   r.numa = engine.numa();
@@ -58,7 +62,7 @@ void run_engine(const Model& model, const RunOptions& o, const std::vector<int>&
   // Prefill each sequence in steps of at most max_batch tokens; only the last token's logits.
   std::vector<int> seqs;
   std::vector<int> next(static_cast<std::size_t>(o.concurrency));
-  std::vector<float> logits;
+  std::vector<float> logits(static_cast<std::size_t>(o.concurrency) * static_cast<std::size_t>(cfg.vocab));
   const auto prefill_start = std::chrono::steady_clock::now();
   for (int c = 0; c < o.concurrency; ++c) {
     const auto seq_start = std::chrono::steady_clock::now();

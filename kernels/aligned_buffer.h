@@ -22,6 +22,7 @@ class AlignedBuffer {
     return data_.get();
   }
   [[nodiscard]] std::uint8_t* data() const { return data_.get(); }
+  [[nodiscard]] std::size_t capacity() const { return capacity_; }
 
  private:
   struct Free {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "kernels/formats.h"
 #include "kernels/gemm_kernels.h"
@@ -147,16 +148,11 @@ void GemmContext::gemm(const WeightView& w, const float* x, std::size_t ldx, std
 void GemmContext::gemm_shared(std::span<const WeightView> ws, const float* x, std::size_t batch,
                               std::span<float* const> ys) {
   if (ws.size() != ys.size()) throw UsageError("gemm_shared needs one output per matrix");
-  shared_.clear();
-  for (std::size_t i = 0; i < ws.size(); ++i) {
-    if (ws[i].cols != ws.front().cols) throw UsageError("gemm_shared needs matrices of one row length");
-    shared_.push_back({&ws[i], x, ws[i].cols, ys[i], ws[i].rows});
-  }
+  share_input(ws, x, ys);
   run_products(shared_, batch);
 }
 
-void GemmContext::run_products(std::span<const Product> products, std::size_t batch) {
-  if (batch == 0 || products.empty()) return;
+std::pair<std::size_t, std::size_t> GemmContext::plan_products(std::span<const Product> products, std::size_t batch) {
   Plan& plan = *plan_;
   plan.products.clear();
   plan.packers.clear();
@@ -182,6 +178,33 @@ void GemmContext::run_products(std::span<const Product> products, std::size_t ba
     if (k.scratch_bytes != nullptr) scratch = std::max(scratch, k.scratch_bytes(w.cols));
     plan.products.push_back(planned);
   }
+  return {packed_total, scratch};
+}
+
+void GemmContext::share_input(std::span<const WeightView> ws, const float* x, std::span<float* const> ys) {
+  shared_.clear();
+  for (std::size_t i = 0; i < ws.size(); ++i) {
+    if (ws[i].cols != ws.front().cols) throw UsageError("gemm_shared needs matrices of one row length");
+    shared_.push_back({&ws[i], x, ws[i].cols, ys.empty() ? nullptr : ys[i], ws[i].rows});
+  }
+}
+
+void GemmContext::prepare(std::span<const WeightView> ws, std::size_t batch) {
+  if (batch == 0 || ws.empty()) return;
+  share_input(ws, nullptr, {});  // never read or written here
+  const auto [packed_total, scratch] = plan_products(shared_, batch);
+  if (packed_total > packed_.capacity()) std::memset(packed_.reserve(packed_total), 0, packed_total);
+  // Each thread touches its own scratch: on a NUMA machine its pages land on its node.
+  pool_.run([&, scratch = scratch](unsigned member) {
+    AlignedBuffer& s = scratch_[member];
+    if (scratch > s.capacity()) std::memset(s.reserve(scratch), 0, scratch);
+  });
+}
+
+void GemmContext::run_products(std::span<const Product> products, std::size_t batch) {
+  if (batch == 0 || products.empty()) return;
+  Plan& plan = *plan_;
+  const auto [packed_total, scratch] = plan_products(products, batch);
   std::uint8_t* packed = packed_total > 0 ? packed_.reserve(packed_total) : nullptr;
   for (Plan::Product& p : plan.products) {
     if (p.packed_at != Plan::kNoPacking) p.call.packed = packed + p.packed_at;

@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kernels/aligned_buffer.h"
@@ -90,6 +91,12 @@ class GemmContext {
   // of ws[i].rows outputs.
   void gemm_shared(std::span<const WeightView> ws, const float* x, std::size_t batch, std::span<float* const> ys);
 
+  // Sizes and touches, now, the activation and scratch buffers that a gemm_shared() of `ws` over
+  // `batch` rows will need, so that the first call does not take their page faults (on this
+  // KVM host a fresh 1 MiB buffer cost a prompt's first step milliseconds; docs/PERFORMANCE.md,
+  // seventeenth session). Buffers only grow: call it for every shape of call to come.
+  void prepare(std::span<const WeightView> ws, std::size_t batch);
+
   // The name of the kernel gemm() would use, e.g. "avx512_vnni" or "amx_int8".
   [[nodiscard]] std::string_view kernel_name(GgmlType type, std::size_t batch, std::size_t cols,
                                              WeightLayout layout = WeightLayout::gguf) const;
@@ -106,6 +113,11 @@ class GemmContext {
   struct Plan;  // the products of one call as the threads run them (gemm.cpp)
   const GemmKernel& select(GgmlType type, WeightLayout layout, std::size_t batch, std::size_t cols) const;
   void run_products(std::span<const Product> products, std::size_t batch);
+  // shared_ <- one product per matrix of `ws`, all of input x (outputs ys, or none).
+  void share_input(std::span<const WeightView> ws, const float* x, std::span<float* const> ys);
+  // Fills plan_ for `products` (kernels, packing shared between them) and returns the packed
+  // activation bytes and the per-thread scratch bytes they need.
+  std::pair<std::size_t, std::size_t> plan_products(std::span<const Product> products, std::size_t batch);
 
   ThreadPool pool_;
   IsaLevel level_;

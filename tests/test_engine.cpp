@@ -358,6 +358,34 @@ TEST(Engine, CountsTheParallelOperationsTheForecastCharges) {
   }
 }
 
+// Buffers prepared at construction change no result: the same logits, bit for bit, for a prompt
+// and a batched decode, dense and MoE, with steps larger than prepared for too.
+TEST(Engine, PreparedBuffersGiveTheSameLogits) {
+  for (const int experts : {0, 4}) {
+    const Model& m = tiny_model("Q8_0", "llama", experts);
+    const auto logits_of = [&](std::vector<std::size_t> sizes) {
+      EngineOptions o = options(2, GgmlType::f16, 128);
+      o.step_sizes = std::move(sizes);
+      Engine e(m, o);
+      const int a = e.add_sequence();
+      const int b = e.add_sequence();
+      std::vector<float> all, logits;
+      std::vector<StepToken> prompt;
+      for (int t : prompt_tokens(12, m.config().vocab)) prompt.push_back({a, t, false});
+      prompt.back().logits = true;
+      e.step(prompt, logits);
+      all.insert(all.end(), logits.begin(), logits.end());
+      const std::vector<StepToken> two{{a, 7, true}, {b, 9, true}};
+      e.step(two, logits);
+      all.insert(all.end(), logits.begin(), logits.end());
+      return all;
+    };
+    const std::vector<float> plain = logits_of({});
+    EXPECT_EQ(logits_of({12, 2}), plain) << experts;
+    EXPECT_EQ(logits_of({4}), plain) << experts;  // a prompt larger than prepared for grows them
+  }
+}
+
 // A step's products by kind add up to its matrix time and bytes: every product is counted once,
 // under the kind the engine ran it as, with the formats of the matrices sharing its call.
 TEST(Engine, SplitsTheMatrixTimeByKindOfProduct) {

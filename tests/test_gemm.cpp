@@ -268,8 +268,20 @@ TEST(GemmShared, EachMatrixGetsWhatItsOwnCallGives) {
         ctx.gemm(ws[i], x.data(), batch, alone[i].data());
       }
       ctx.gemm_shared(ws, x.data(), batch, outs);
+      // Buffers prepared ahead (for this call and a larger one) change nothing.
+      GemmContext prepared(2, level);
+      prepared.prepare(ws, 2 * batch);
+      prepared.prepare(ws, batch);
+      std::vector<std::vector<float>> ahead(types.size());
+      std::vector<float*> ahead_outs;
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        ahead[i].assign(batch * rows[i], NAN);
+        ahead_outs.push_back(ahead[i].data());
+      }
+      prepared.gemm_shared(ws, x.data(), batch, ahead_outs);
       for (std::size_t i = 0; i < types.size(); ++i) {
         EXPECT_EQ(shared[i], alone[i]) << format_info(types[i]).name << " level " << to_string(level) << " batch " << batch;
+        EXPECT_EQ(ahead[i], alone[i]) << format_info(types[i]).name << " level " << to_string(level) << " batch " << batch;
       }
     }
   }
@@ -279,6 +291,7 @@ TEST(GemmShared, EachMatrixGetsWhatItsOwnCallGives) {
                                       make_weight_view(GgmlType::f16, data[2].data(), 1, cols / 2)};
   std::vector<float*> ys{y.data(), y.data() + 8};
   EXPECT_THROW(ctx.gemm_shared(mixed, x.data(), 1, ys), UsageError);
+  EXPECT_THROW(ctx.prepare(mixed, 1), UsageError);  // checked as the call itself would be
   ys.pop_back();
   EXPECT_THROW(ctx.gemm_shared(mixed, x.data(), 1, ys), UsageError);
 }
