@@ -93,7 +93,7 @@ std::vector<ProductTime> replay(GemmContext& ctx, const Model& model, int steps,
       std::vector<float*> ys{a.data(), b.data(), c.data()};
       const auto t0 = std::chrono::steady_clock::now();
       ctx.gemm_shared(std::span(ws.begin(), ws.size()), x.data(), n, std::span(ys.data(), ws.size()));
-      accumulate(total, {product_time(role, std::span(ws.begin(), ws.size()), seconds_since(t0))});
+      accumulate(total, product_time(role, std::span(ws.begin(), ws.size()), seconds_since(t0)));
     });
   }
   return total;

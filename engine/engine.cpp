@@ -174,18 +174,20 @@ ProductTime product_time(ProductRole role, std::span<const WeightView> ws, doubl
   return p;
 }
 
-void accumulate(std::vector<ProductTime>& into, const std::vector<ProductTime>& more) {
-  for (const ProductTime& p : more) {
-    auto it = std::find_if(into.begin(), into.end(), [&](const ProductTime& q) { return q.role == p.role && q.formats == p.formats; });
-    if (it == into.end()) {
-      into.push_back(p);
-      continue;
-    }
-    it->calls += p.calls;
-    it->bytes += p.bytes;
-    it->rows += p.rows;
-    it->seconds += p.seconds;
+void accumulate(std::vector<ProductTime>& into, const ProductTime& p) {
+  auto it = std::find_if(into.begin(), into.end(), [&](const ProductTime& q) { return q.role == p.role && q.formats == p.formats; });
+  if (it == into.end()) {
+    into.push_back(p);
+    return;
   }
+  it->calls += p.calls;
+  it->bytes += p.bytes;
+  it->rows += p.rows;
+  it->seconds += p.seconds;
+}
+
+void accumulate(std::vector<ProductTime>& into, const std::vector<ProductTime>& more) {
+  for (const ProductTime& p : more) accumulate(into, p);
 }
 
 void Engine::gemm(ProductRole role, const WeightView& w, const float* x, std::size_t batch, float* y) {
@@ -199,9 +201,9 @@ void Engine::gemm_shared(ProductRole role, std::initializer_list<WeightView> ws,
   ctx_.gemm_shared(std::span(ws.begin(), ws.size()), x, batch, std::span(ys.begin(), ys.size()));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   step_gemm_seconds_ += seconds;
-  ProductTime p = product_time(role, std::span(ws.begin(), ws.size()), seconds);
+  const ProductTime p = product_time(role, std::span(ws.begin(), ws.size()), seconds);
   step_weight_bytes_ += p.bytes;
-  accumulate(step_products_, {p});
+  accumulate(step_products_, p);
 }
 
 void Engine::parallel_for(std::size_t n, const std::function<void(std::size_t, std::size_t, unsigned)>& body) {

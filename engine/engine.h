@@ -72,6 +72,7 @@ struct ProductTime {
 ProductTime product_time(ProductRole role, std::span<const WeightView> ws, double seconds);
 
 // Adds `more` into `into`, product kind by product kind (kinds new to `into` appended).
+void accumulate(std::vector<ProductTime>& into, const ProductTime& more);
 void accumulate(std::vector<ProductTime>& into, const std::vector<ProductTime>& more);
 
 inline constexpr int kKvBlockTokens = 16;
