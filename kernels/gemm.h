@@ -92,9 +92,10 @@ class GemmContext {
   void gemm_shared(std::span<const WeightView> ws, const float* x, std::size_t batch, std::span<float* const> ys);
 
   // Sizes and touches, now, the activation and scratch buffers that a gemm_shared() of `ws` over
-  // `batch` rows will need, so that the first call does not take their page faults (on this
-  // KVM host a fresh 1 MiB buffer cost a prompt's first step milliseconds; docs/PERFORMANCE.md,
-  // seventeenth session). Buffers only grow: call it for every shape of call to come.
+  // `batch` rows will need, so that the first call does not take their page faults (on the
+  // development host they cost a fresh engine's first prompt tens of milliseconds;
+  // docs/PERFORMANCE.md, seventeenth session). Buffers only grow: call it for every shape of
+  // call to come.
   void prepare(std::span<const WeightView> ws, std::size_t batch);
 
   // The name of the kernel gemm() would use, e.g. "avx512_vnni" or "amx_int8".
