@@ -328,6 +328,14 @@ INFERCAST_INLINE __m512i sub_block_scales(const K4x8Scales& s, int k) {
   return _mm512_permutexvar_epi32(idx, s.sc[k / 2]);
 }
 
+// Row r's scales of sub-blocks 2j and 2j+1 as an int16 pair, in lanes 2r and 2r+1 alike: in
+// sc[j] as int16 elements, sub-block 2j's is element 2r and 2j+1's element 16 + 2r.
+INFERCAST_INLINE __m512i sub_block_scale_pairs(const K4x8Scales& s, int j) {
+  const __m512i idx = _mm512_set_epi16(30, 14, 30, 14, 28, 12, 28, 12, 26, 10, 26, 10, 24, 8, 24, 8, 22, 6, 22, 6, 20, 4,
+                                       20, 4, 18, 2, 18, 2, 16, 0, 16, 0);
+  return _mm512_permutexvar_epi16(idx, s.sc[j]);
+}
+
 // Row r's mins of sub-blocks 2j and 2j+1 as an int16 pair in lane 2r, lane 2r+1 zero.
 INFERCAST_INLINE __m512i sub_block_min_pairs(const K4x8Scales& s, int j) {
   const auto kA = static_cast<short>(8 * (2 * j % 4));
@@ -352,6 +360,38 @@ INFERCAST_INLINE __m512i with_fifth_bit(__m512i q, __m512i fifth) {
   return _mm512_ternarylogic_epi32(q, fifth, _mm512_set1_epi8(0x10), 0xF8);
 }
 
+// The dots of sub-blocks 2j (lo) and 2j+1 (hi) with an activation row's 64 quants from xq.
+INFERCAST_INLINE void sub_block_dots(const __m512i (&lo)[4], const __m512i (&hi)[4], const std::int8_t* xq, __m512i& d0,
+                                     __m512i& d1) {
+  d0 = _mm512_setzero_si512();
+  d1 = _mm512_setzero_si512();
+  INFERCAST_UNROLL
+  for (int p = 0; p < 4; ++p) {
+    d0 = _mm512_dpbusd_epi32(d0, lo[p], broadcast8(xq + 8 * p));
+    d1 = _mm512_dpbusd_epi32(d1, hi[p], broadcast8(xq + 32 + 8 * p));
+  }
+}
+
+// Sub-blocks 2j and 2j+1 of a Q4_K block against Na activation rows, their scales `sc_pair`
+// (sub_block_scale_pairs): isum += dot(2j) x scale(2j) + dot(2j+1) x scale(2j+1). A lane's dot
+// is 16 products of a 4-bit quant and an activation in [-128, 127], so |dot| <= 16 x 15 x 128
+// = 30720 fits int16: the two dots go side by side into one vector of int16 pairs, which one
+// vpdpwssd multiplies by the scales and adds to the sum, where two 32-bit multiplies (vpmulld,
+// slow on every core) and two adds did it. Batches only: a GEMV does not pay for the shift it
+// takes to bring sub-block 2j+1 down from its high nibble.
+template <int Na>
+INFERCAST_INLINE void multiply_sub_block_pair(const __m512i (&lo)[4], const __m512i (&hi)[4], __m512i sc_pair,
+                                              const BlockQ8_K* const (&x)[Na], std::size_t s, int j, __m512i (&isum)[Na]) {
+  INFERCAST_UNROLL
+  for (int a = 0; a < Na; ++a) {
+    __m512i d0;
+    __m512i d1;
+    sub_block_dots(lo, hi, x[a][s].qs + 64 * j, d0, d1);
+    const __m512i both = _mm512_mask_blend_epi16(0xAAAAAAAA, d0, _mm512_slli_epi32(d1, 16));
+    isum[a] = _mm512_dpwssd_epi32(isum[a], both, sc_pair);
+  }
+}
+
 template <class Block>
 struct Kx8 {
   static constexpr bool kFifthBit = std::is_same_v<Block, BlockQ5_Kx8>;
@@ -359,7 +399,14 @@ struct Kx8 {
   using Act = BlockQ8_K;
   static constexpr std::size_t kElems = kQkK;
   // Two sub-blocks' eight weight vectors and an integer sum per activation row stay in registers.
-  static constexpr int kMaxNa = 4;
+  // Q4_K takes eight activation rows at a time, which spreads a block's weight decoding over twice
+  // the products (batch 64 in cache on a Zen 5 core pair, with the vpdpwssd scales: 830-840
+  // GOPS, against 660-680 for four rows and vpmulld). Q5_K, whose fifth bits take four more
+  // registers, stays at four: eight gained 5-8% from batch 16 and lost 2-4% at batch 8.
+  static constexpr int kMaxNa = kFifthBit ? 4 : 8;
+  // From four activation rows on, Q4_K multiplies its sub-block scales with vpdpwssd (see block).
+  template <int Na>
+  static constexpr bool kScalePairs = !kFifthBit && Na >= 4;
   // Two groups of a batch at once spill those registers: 23 GB/s against 41 at batch 4.
   static constexpr int kTwoStreamBatch = 1;
   static std::size_t act_row(std::size_t cols) { return act_q8_k_row(cols); }
@@ -390,6 +437,8 @@ struct Kx8 {
           hi[p] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);  // sub-block 2j+1
           lo[p] = with_fifth_bit(lo[p], shift_bit_to_4(qh[p], 2 * j));
           hi[p] = with_fifth_bit(hi[p], shift_bit_to_4(qh[p], 2 * j + 1));
+        } else if constexpr (kScalePairs<Na>) {
+          hi[p] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);  // sub-block 2j+1
         } else {
           // Sub-block 2j+1 left in the high nibble: 16 x its quants, one instruction fewer.
           hi[p] = _mm512_andnot_si512(m4, v);
@@ -398,6 +447,10 @@ struct Kx8 {
       // Without the fifth bit both sub-blocks' sums come out 16 x too large (the low one by its
       // scale). A lane holds 16 of a sub-block's 32 products, so it stays below
       // 8 sub-blocks x 16 x 63 x 15 x 128 x 16 < 2^28 (tested), and the 1/16 is exact in the float scale.
+      if constexpr (kScalePairs<Na>) {
+        multiply_sub_block_pair<Na>(lo, hi, sub_block_scale_pairs(scales, j), x, s, j, isum);
+        continue;
+      }
       const __m512i sc_lo = kFifthBit ? sub_block_scales(scales, 2 * j) : _mm512_slli_epi32(sub_block_scales(scales, 2 * j), 4);
       const __m512i sc_hi = sub_block_scales(scales, 2 * j + 1);
       INFERCAST_UNROLL
@@ -407,20 +460,16 @@ struct Kx8 {
         // 32 of a block at once and spilled them to the stack. Loaded again per group, each is
         // one load: Q4_K GEMV hot in cache 52 -> 59 GB/s on one core, 4096x4096 76-79 -> 88-98.
         asm volatile("" : "+r"(xq));
-        __m512i d0 = _mm512_setzero_si512();
-        __m512i d1 = _mm512_setzero_si512();
-        INFERCAST_UNROLL
-        for (int p = 0; p < 4; ++p) {
-          d0 = _mm512_dpbusd_epi32(d0, lo[p], broadcast8(xq + 8 * p));
-          d1 = _mm512_dpbusd_epi32(d1, hi[p], broadcast8(xq + 32 + 8 * p));
-        }
+        __m512i d0;
+        __m512i d1;
+        sub_block_dots(lo, hi, xq, d0, d1);
         isum[a] = _mm512_add_epi32(isum[a], _mm512_add_epi32(_mm512_mullo_epi32(d0, sc_lo), _mm512_mullo_epi32(d1, sc_hi)));
       }
     }
     // Mins against the activations' (sum 2j, sum 2j+1).
     const __m512i mins[4] = {sub_block_min_pairs(scales, 0), sub_block_min_pairs(scales, 1),
                              sub_block_min_pairs(scales, 2), sub_block_min_pairs(scales, 3)};
-    const __m512 dw = kFifthBit ? row_scales(w.d) : _mm512_mul_ps(row_scales(w.d), _mm512_set1_ps(1.0F / 16));
+    const __m512 dw = kFifthBit || kScalePairs<Na> ? row_scales(w.d) : _mm512_mul_ps(row_scales(w.d), _mm512_set1_ps(1.0F / 16));
     const __m512 dmw = row_scales(w.dmin);
     INFERCAST_UNROLL
     for (int a = 0; a < Na; ++a) {
@@ -431,7 +480,7 @@ struct Kx8 {
                                      _mm_loadu_si128(reinterpret_cast<const __m128i*>(xa.bsums + 8))));
       __m512i msum = _mm512_madd_epi16(mins[0], _mm512_set1_epi32(sums[0]));
       INFERCAST_UNROLL
-      for (int j = 1; j < 4; ++j) msum = _mm512_add_epi32(msum, _mm512_madd_epi16(mins[j], _mm512_set1_epi32(sums[j])));
+      for (int j = 1; j < 4; ++j) msum = _mm512_dpwssd_epi32(msum, mins[j], _mm512_set1_epi32(sums[j]));
       const __m512 da = _mm512_set1_ps(xa.d);
       acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[a]), _mm512_mul_ps(dw, da), acc[a]);
       acc[a] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(dmw, da), acc[a]);

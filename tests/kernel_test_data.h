@@ -20,7 +20,7 @@ inline std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float scal
   return v;
 }
 
-enum class Pattern { gaussian, zero_blocks, outlier_per_block, extreme };
+enum class Pattern { gaussian, zero_blocks, outlier_per_block, extreme, saturated };
 
 // Weights for edge-case tests: `block` is the format's block size.
 inline std::vector<float> pattern(Pattern p, std::size_t n, std::size_t block, std::uint64_t seed) {
@@ -37,6 +37,11 @@ inline std::vector<float> pattern(Pattern p, std::size_t n, std::size_t block, s
       case Pattern::extreme:
         // Largest magnitudes an fp16 scale can represent once divided by the quant range.
         for (std::size_t i = 0; i < block; ++i) x[i] = (i % 2 ? 1.0F : -1.0F) * 60000.0F * (0.5F + 0.5F * static_cast<float>(rng.uniform()));
+        break;
+      case Pattern::saturated:
+        // A block format's largest quants: -1 then +1 in every 32, so every 4-bit quant but the
+        // first of each 32 is 15 (the tests pair it with activations that quantize to -128).
+        for (std::size_t i = 0; i < block; ++i) x[i] = i % 32 == 0 ? -1.0F : 1.0F;
         break;
     }
   }

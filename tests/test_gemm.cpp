@@ -57,6 +57,7 @@ Result run(const Case& c, IsaLevel level, unsigned threads, const CpuFeatures& f
   const std::vector<float> w = testing::pattern(c.pattern, c.rows * c.cols, static_cast<std::size_t>(f.block_elems) * 8 > c.cols ? c.cols : static_cast<std::size_t>(f.block_elems), 17 + c.rows);
   std::vector<float> x = testing::gaussian(c.batch * c.cols, 99 + c.batch);
   if (c.pattern == Pattern::outlier_per_block) x[c.cols / 2] = 25.0F;
+  if (c.pattern == Pattern::saturated) std::fill(x.begin(), x.end(), -1.0F);
   std::vector<std::uint8_t> q(f.row_bytes(c.cols) * c.rows);
   for (std::size_t r = 0; r < c.rows; ++r) f.quantize(w.data() + r * c.cols, q.data() + r * f.row_bytes(c.cols), c.cols);
   std::vector<float> deq(c.cols);
@@ -140,6 +141,24 @@ TEST_P(GemmAllFormats, EdgeCases) {
   for (Pattern p : {Pattern::zero_blocks, Pattern::outlier_per_block, Pattern::extreme}) {
     for (std::size_t batch : {1U, 9U, 32U}) check_all_levels({t, 48, cols, batch, p});
   }
+}
+
+// The largest sums a kernel can meet: 4-bit quants at 15 against activations quantized to -128.
+// The Q4_K batch kernels hold a 16-product sum in 16 bits (16 x 15 x 128 = 30720), which only
+// data like this comes near.
+TEST_P(GemmAllFormats, SaturatedQuantsAndActivations) {
+  const GgmlType t = GetParam();
+  if (t == GgmlType::q4_k) {
+    const auto& f = format_info(t);
+    const std::vector<float> w = testing::pattern(Pattern::saturated, 256, 256, 1);
+    std::vector<std::uint8_t> q(f.row_bytes(256));
+    f.quantize(w.data(), q.data(), 256);
+    const auto& block = *reinterpret_cast<const BlockQ4_K*>(q.data());
+    int fifteen = 0;
+    for (std::uint8_t b : block.qs) fifteen += ((b & 0xF) == 15) + ((b >> 4) == 15);
+    ASSERT_EQ(fifteen, 256 - 8) << "the pattern no longer reaches the largest quant";
+  }
+  for (std::size_t batch : {1U, 4U, 8U, 9U}) check_all_levels({t, 16, 512, batch, Pattern::saturated});
 }
 
 // Large batches: block formats switch to BF16 tiles, decoded once per block of activation rows;
