@@ -248,13 +248,16 @@ struct K4x8 {
   INFERCAST_INLINE static void sub_block(const X8& w, const Act* const (&x)[Na], std::size_t s,
                                          const std::uint8_t* scales, __m256i (&isum)[Na]) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i ones = _mm256_set1_epi16(1);
-    // Four-bit quants: eight products of 2 x 15 x 127 fit 16 bits; five-bit ones only four.
+    // Four-bit quants: eight vpmaddubsw results of 2 x 15 x 128 fit 16 bits; five-bit ones
+    // only four. Each 16-bit sum is multiplied by its row's scale as it is folded into 32 bits
+    // (vpmaddwd against the scale in both halves of a lane): one instruction where a fold by
+    // ones, a vpmulld and an add did it.
     constexpr int kFold = kFive ? 4 : 8;
-    __m256i sum32[Na];
+    const __m128i sc8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * (2 * J + H)));
+    const __m256i sc = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc8, sc8));
     __m256i sum16[Na];
     INFERCAST_UNROLL
-    for (int a = 0; a < Na; ++a) sum32[a] = sum16[a] = _mm256_setzero_si256();
+    for (int a = 0; a < Na; ++a) sum16[a] = _mm256_setzero_si256();
     INFERCAST_UNROLL
     for (int t = 0; t < 8; ++t) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.qs[J][t]));
@@ -268,16 +271,11 @@ struct K4x8 {
         sum16[a] = _mm256_add_epi16(
             sum16[a], _mm256_maddubs_epi16(q, broadcast4(x[a][s].qs + 64 * J + 32 * H + 4 * t)));
         if (t % kFold == kFold - 1) {
-          sum32[a] = _mm256_add_epi32(sum32[a], _mm256_madd_epi16(sum16[a], ones));
+          isum[a] = _mm256_add_epi32(isum[a], _mm256_madd_epi16(sum16[a], sc));
           sum16[a] = _mm256_setzero_si256();
         }
       }
     }
-    const __m256i sc = _mm256_cvtepu8_epi32(
-        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + 8 * (2 * J + H))));
-    INFERCAST_UNROLL
-    for (int a = 0; a < Na; ++a)
-      isum[a] = _mm256_add_epi32(isum[a], _mm256_mullo_epi32(sum32[a], sc));
   }
 
   template <int Na>
