@@ -500,7 +500,9 @@ struct Q6_Kx8 {
   using X8 = BlockQ6_Kx8;
   using Act = BlockQ8_K;
   static constexpr std::size_t kElems = kQkK;
-  static constexpr int kMaxNa = 4;
+  // Eight activation rows share each decoded 16-quant group: batches 8 to 64 in cache on a Zen 5
+  // core pair ran 11-16% faster than with four (batch 8 504-563 -> 585-658 GOPS).
+  static constexpr int kMaxNa = 8;
   static constexpr int kTwoStreamBatch = 4;
   static std::size_t act_row(std::size_t cols) { return act_q8_k_row(cols); }
 
