@@ -8,8 +8,13 @@
 // A block's prefetches are spread over its work, part `i` of `parts` before each step. Issued
 // at once, the 18-27 lines of a K-quant block cost Q5_K and Q6_K GEMV a seventh of their
 // bandwidth (full miss buffers stalling the core, we think; the host had no counters to tell;
-// docs/PERFORMANCE.md has the A/B). Against 1.5-8 KiB and three or four streams, 6 KiB with two
-// streams per thread measured best or within the noise of the best for every format.
+// docs/PERFORMANCE.md has the A/B). Against 1.5-8 KiB and three or four streams, two streams per
+// thread measured best on a Zen 4 host, 6 KiB ahead as good as any. On a Zen 5 host, with the
+// distances alternated inside each round so that the shared host's read level fell on all of
+// them alike, a GEMV ran 0-7% faster 3 KiB ahead than 6 KiB at every shape and format of a 1B-8B
+// model (never slower; 4 KiB fell between, 1.5 KiB lost 2-6% but on Q8_0), while batches of 2
+// to 8 ran up to 10% slower (Q8_0 at 8, Q4_K at 4): GEMV streams 3 KiB ahead, batches 6 KiB
+// (docs/PERFORMANCE.md, eighteenth session). The AVX2 kernels measured alike at both.
 //
 // The lines go to L2 (prefetcht1), not L1: the L1's few miss buffers are what the loads of the
 // block being decoded need, and L2 holds many more requests in flight. On a Zen 4 host this took
@@ -23,13 +28,17 @@
 
 namespace infercast {
 
-inline constexpr std::size_t kX8Ahead = 6144;
+inline constexpr std::size_t kX8GemvAhead = 3072;
+inline constexpr std::size_t kX8BatchAhead = 6144;
+// The distance for a block taken against Na activation rows.
+template <int Na>
+inline constexpr std::size_t kX8Ahead = Na == 1 ? kX8GemvAhead : kX8BatchAhead;
 
-template <std::size_t Bytes, int Parts>
+template <std::size_t Bytes, int Parts, std::size_t Ahead>
 INFERCAST_INLINE void prefetch_part(const void* block, int i) {
   constexpr std::size_t kLines = (Bytes + 63) / 64;
   // Integer arithmetic: the address may lie past the buffer, which a pointer may not.
-  const std::uintptr_t p = reinterpret_cast<std::uintptr_t>(block) + kX8Ahead;
+  const std::uintptr_t p = reinterpret_cast<std::uintptr_t>(block) + Ahead;
   const auto part = static_cast<std::size_t>(i);
   // In assembly: GCC schedules _mm_prefetch freely and gathered a block's prefetches at its
   // start again; a volatile asm stays where it is written.
@@ -37,12 +46,12 @@ INFERCAST_INLINE void prefetch_part(const void* block, int i) {
     asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(p + 64 * j)));
 }
 
-// The head of a stream, the first kX8Ahead bytes that no block's prefetch covers: without it a
+// The head of a stream, the first `ahead` bytes that no block's prefetch covers: without it a
 // call starts each stream on demand misses, which costs the small matrices of a decode step
 // (256 x 2048 and 2048 x 2048 in a 1B model) more than their streaming.
-INFERCAST_INLINE void prefetch_head(const void* stream, std::size_t bytes) {
+INFERCAST_INLINE void prefetch_head(const void* stream, std::size_t bytes, std::size_t ahead) {
   const auto p = reinterpret_cast<std::uintptr_t>(stream);
-  for (std::size_t at = 0; at < std::min(bytes, kX8Ahead); at += 64)
+  for (std::size_t at = 0; at < std::min(bytes, ahead); at += 64)
     asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(p + at)));
 }
 
