@@ -376,9 +376,9 @@ INFERCAST_INLINE void sub_block_dots(const __m512i (&lo)[4], const __m512i (&hi)
 // (sub_block_scale_pairs): isum += dot(2j) x scale(2j) + dot(2j+1) x scale(2j+1). A lane's dot
 // is 16 products of a 4-bit quant and an activation in [-128, 127], so |dot| <= 16 x 15 x 128
 // = 30720 fits int16: the two dots go side by side into one vector of int16 pairs, which one
-// vpdpwssd multiplies by the scales and adds to the sum, where two 32-bit multiplies (vpmulld,
-// slow on every core) and two adds did it. Batches only: a GEMV does not pay for the shift it
-// takes to bring sub-block 2j+1 down from its high nibble.
+// vpdpwssd multiplies by the scales and adds to the sum, where two 32-bit multiplies (vpmulld)
+// and two adds did it, for one more shift per weight vector (sub-block 2j+1 brought down from
+// its high nibble). Batches of four and more only; GEMV keeps the path it was tuned on.
 template <int Na>
 INFERCAST_INLINE void multiply_sub_block_pair(const __m512i (&lo)[4], const __m512i (&hi)[4], __m512i sc_pair,
                                               const BlockQ8_K* const (&x)[Na], std::size_t s, int j, __m512i (&isum)[Na]) {
@@ -444,8 +444,8 @@ struct Kx8 {
           hi[p] = _mm512_andnot_si512(m4, v);
         }
       }
-      // Without the fifth bit both sub-blocks' sums come out 16 x too large (the low one by its
-      // scale). A lane holds 16 of a sub-block's 32 products, so it stays below
+      // Below four activation rows, without the fifth bit, both sub-blocks' sums come out 16 x too
+      // large (the low one by its scale). A lane holds 16 of a sub-block's 32 products, so it stays below
       // 8 sub-blocks x 16 x 63 x 15 x 128 x 16 < 2^28 (tested), and the 1/16 is exact in the float scale.
       if constexpr (kScalePairs<Na>) {
         multiply_sub_block_pair<Na>(lo, hi, sub_block_scale_pairs(scales, j), x, s, j, isum);
