@@ -224,6 +224,9 @@ TEST(GemmValidation, RejectsShapesTheFormatCannotHold) {
 // by exactly one thread in the same way, so the outputs equal the fixed split's bit for bit.
 // 1003 rows of 512 columns are four or more of the smallest runs a thread takes in every
 // format, so the threads share each matrix in several runs; the last three rows are a tail.
+// Every level runs both layouts: a level that prefers one still runs the other's kernels (AMX
+// keeps the GGUF layout, whose AVX-512 Q4_K/Q5_K GEMV differed by schedule until the K-quant
+// runs became whole four-row groups; only an AMX host showed it).
 TEST(GemmSchedule, GuidedRowsEqualTheFixedSplitBitForBit) {
   const std::size_t rows = 1003;
   const std::size_t cols = 512;
@@ -231,12 +234,16 @@ TEST(GemmSchedule, GuidedRowsEqualTheFixedSplitBitForBit) {
   for (GgmlType type : weight_formats()) {
     const auto& f = format_info(type);
     std::vector<std::uint8_t> gguf(f.row_bytes(cols) * rows);
-    for (std::size_t r = 0; r < rows; ++r) f.quantize(w.data() + r * cols, gguf.data() + r * f.row_bytes(cols), cols);
+    for (std::size_t r = 0; r < rows; ++r)
+      f.quantize(w.data() + r * cols, gguf.data() + r * f.row_bytes(cols), cols);
     for (IsaLevel level : supported_levels()) {
-      for (unsigned threads : {2U, 3U}) {
+      for (const auto& [threads, layout] :
+           {std::pair{2U, WeightLayout::gguf}, std::pair{3U, WeightLayout::gguf},
+            std::pair{2U, WeightLayout::interleaved8}, std::pair{3U, WeightLayout::interleaved8}}) {
         GemmContext ctx(threads, level);
         std::vector<std::uint8_t> data = gguf;
-        const WeightView v = relayout(make_weight_view(type, data.data(), rows, cols), data.data(), ctx.preferred_layout(type));
+        const WeightView v =
+            relayout(make_weight_view(type, data.data(), rows, cols), data.data(), layout);
         for (std::size_t batch : {1U, 3U, 5U}) {  // 5: a group of four activations and one alone
           const std::vector<float> x = testing::gaussian(batch * cols, 5);
           std::vector<float> guided(batch * rows, NAN), fixed(batch * rows, NAN);
@@ -245,9 +252,12 @@ TEST(GemmSchedule, GuidedRowsEqualTheFixedSplitBitForBit) {
           ctx.set_row_schedule(GemmContext::RowSchedule::fixed);
           ctx.gemm(v, x.data(), batch, fixed.data());
           ctx.set_row_schedule(GemmContext::RowSchedule::guided);
-          EXPECT_TRUE(std::none_of(guided.begin(), guided.end(), [](float y) { return std::isnan(y); }))
+          EXPECT_TRUE(
+              std::none_of(guided.begin(), guided.end(), [](float y) { return std::isnan(y); }))
               << f.name << " level " << to_string(level) << ": a row was left out";
-          EXPECT_EQ(guided, fixed) << f.name << " level " << to_string(level) << " threads " << threads << " batch " << batch;
+          EXPECT_EQ(guided, fixed)
+              << f.name << " level " << to_string(level) << " threads " << threads << " batch "
+              << batch << (layout == WeightLayout::gguf ? " gguf" : " interleaved");
         }
       }
     }
@@ -417,6 +427,21 @@ TEST(KernelSweep, FootprintFollowsTheProfilesDramPlateau) {
   EXPECT_EQ(footprint_from_profile(nlohmann::json{{"latency", {{"plateaus", "none"}}}}), fallback);
   EXPECT_THROW((void)footprint_from_profile(profile(-1)), UsageError);
   EXPECT_THROW((void)footprint_from_profile(profile(0)), UsageError);
+
+  // The read curves count too, per thread times threads: loads at DRAM latency from 8 MiB on,
+  // reads at 16 threads on their DRAM plateau from 32 MiB per thread (a 300 MiB L3 kept
+  // serving part of anything smaller).
+  nlohmann::json big_l3 = profile(8.0 * static_cast<double>(mib));
+  big_l3["bandwidth"]["read_plateaus_by_threads"] = {
+      {"1", nlohmann::json::array({{{"level", "L3"}, {"from_bytes", 4 * mib}},
+                                   {{"level", "DRAM"}, {"from_bytes", 256 * mib}}})},
+      {"16", nlohmann::json::array({{{"level", "DRAM"}, {"from_bytes", 32 * mib}}})},
+      {"x", nlohmann::json::array({{{"level", "DRAM"}, {"from_bytes", 1024 * mib}}})}};
+  EXPECT_EQ(footprint_from_profile(big_l3), std::min<std::size_t>(1024 * mib, fallback));
+  big_l3["latency"] = nlohmann::json::object();  // the reads alone suffice
+  EXPECT_EQ(footprint_from_profile(big_l3), std::min<std::size_t>(1024 * mib, fallback));
+  big_l3["bandwidth"]["read_plateaus_by_threads"]["16"] = "none";
+  EXPECT_EQ(footprint_from_profile(big_l3), std::min<std::size_t>(512 * mib, fallback));
 }
 
 }  // namespace
