@@ -116,6 +116,10 @@ int quietly(const std::function<int()>& fn) {
   return rc;
 }
 
+// What the trial child reports when topology_init fails; perfmon_init's own errors are small
+// negative numbers.
+constexpr int kTopologyFailed = -1000;
+
 std::unique_ptr<CounterSession> likwid_unavailable(std::string reason) {
   return std::make_unique<UnavailableSession>("likwid", std::move(reason));
 }
@@ -188,20 +192,27 @@ ChildOutcome run_in_child(const std::function<int()>& fn) {
 }
 
 std::unique_ptr<CounterSession> open_likwid(const std::vector<int>& cpus, const std::string& group) {
-  if (topology_init() != 0) return likwid_unavailable("likwid topology_init failed");
   std::vector<int> ids = cpus;
   const auto init = [&] { return perfmon_init(static_cast<int>(ids.size()), ids.data()); };
+  // Both calls may exit() rather than return: topology_init when likwid's access daemon is not
+  // installed (a copied binary on another machine), perfmon_init on CPUs it does not know. The
+  // child takes the blow first.
   const ChildOutcome trial = run_in_child([&] {
+    if (quietly(topology_init) != 0) return kTopologyFailed;
     const int rc = quietly(init);
     if (rc >= 0) perfmon_finalize();
+    topology_finalize();
     return rc;
   });
   if (!trial.returned) {
-    topology_finalize();
-    return likwid_unavailable(fmt::format("perfmon_init {} instead of returning: this likwid does not "
-                                          "support the CPU or cannot reach its counters",
-                                          trial.how));
+    return likwid_unavailable(
+        fmt::format("likwid's set-up {} instead of returning: likwid is not installed "
+                    "with its access daemon, does not support the CPU or cannot "
+                    "reach its counters",
+                    trial.how));
   }
+  if (trial.value == kTopologyFailed || topology_init() != 0)
+    return likwid_unavailable("likwid topology_init failed");
   // It returns here as it did in the child (an error code included).
   const int rc = quietly(init);
   if (rc < 0) {
