@@ -188,7 +188,7 @@ void add_kernels_command(CLI::App& app, int& exit_status) {
   cmd->add_flag("--no-update", args->no_update, "Do not write the results into the profile");
   cmd->add_flag("--no-quality", args->no_quality, "Skip the accuracy table");
   cmd->add_option("--min-time", args->min_time, "Seconds of timed passes per point")->capture_default_str();
-  cmd->add_option("--footprint", args->footprint, "Weight bytes cycled per point (default: twice where the profile's load latency reached DRAM, at most 4x LLC, at least 256MiB)");
+  cmd->add_option("--footprint", args->footprint, "Weight bytes cycled per point (default: twice where the profile's load latency or read reached DRAM, at most 4x LLC, at least 256MiB)");
   cmd->add_option("--layout", args->layout,
                   "Weight layout: best (each ISA level's own, as a loaded model), gguf, or interleaved")
       ->capture_default_str();

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "kernels/formats.h"
 #include "kernels/gemm.h"
@@ -77,19 +79,54 @@ std::size_t default_footprint() {
   return std::max<std::size_t>(4 * llc_bytes, kMinFootprint);
 }
 
+namespace {
+
+// Where the profile's read curves reach DRAM: the largest whole working set (bytes per thread
+// times threads) from which any thread count's read sat on its DRAM plateau. A last-level cache
+// that keeps serving part of a set shows here, not in the load latency.
+std::optional<double> read_plateau_bytes(const nlohmann::json& profile) {
+  if (!profile.contains("bandwidth") || !profile["bandwidth"].is_object()) return std::nullopt;
+  const auto& by_threads =
+      profile["bandwidth"].value("read_plateaus_by_threads", nlohmann::json::object());
+  if (!by_threads.is_object()) return std::nullopt;
+  std::optional<double> largest;
+  for (const auto& [threads, plateaus] : by_threads.items()) {
+    const double n = std::strtod(threads.c_str(), nullptr);
+    if (!(n >= 1 && n <= 65536) || !plateaus.is_array()) continue;
+    for (const auto& p : plateaus) {
+      if (!p.is_object() || p.value("level", nlohmann::json()) != "DRAM") continue;
+      const auto from = number_at(p, "from_bytes");
+      if (from && *from > 0 && *from < 1e18) largest = std::max(largest.value_or(0.0), *from * n);
+    }
+  }
+  return largest;
+}
+
+}  // namespace
+
 std::size_t footprint_from_profile(const nlohmann::json& profile) {
   const std::size_t fallback = default_footprint();
-  if (!profile.is_object() || !profile.contains("latency") || !profile["latency"].is_object()) return fallback;
-  const auto& plateaus = profile["latency"].value("plateaus", nlohmann::json::array());
-  if (!plateaus.is_array()) return fallback;
-  for (const auto& p : plateaus) {
-    if (!p.is_object() || !p.contains("level") || !p["level"].is_string() || p["level"].get<std::string>() != "DRAM") continue;
-    const auto from = number_at(p, "from_bytes");
-    if (!from || !(*from > 0) || *from > 1e18) throw UsageError("the profile's DRAM latency plateau has no positive size (latency.plateaus[].from_bytes)");
-    const auto twice = static_cast<std::size_t>(2 * *from);
-    return std::clamp(twice, kMinFootprint, fallback);  // the default is never below the floor
+  if (!profile.is_object()) return fallback;
+  std::optional<double> from;  // where the latency reached DRAM
+  if (profile.contains("latency") && profile["latency"].is_object()) {
+    const auto& plateaus = profile["latency"].value("plateaus", nlohmann::json::array());
+    for (const auto& p : plateaus.is_array() ? plateaus : nlohmann::json::array()) {
+      if (!p.is_object() || !p.contains("level") || !p["level"].is_string() ||
+          p["level"].get<std::string>() != "DRAM")
+        continue;
+      from = number_at(p, "from_bytes");
+      if (!from || !(*from > 0) || *from > 1e18)
+        throw UsageError(
+            "the profile's DRAM latency plateau has no positive size "
+            "(latency.plateaus[].from_bytes)");
+      break;
+    }
   }
-  return fallback;
+  const std::optional<double> read_from = read_plateau_bytes(profile);
+  if (!from && !read_from) return fallback;
+  const double twice = 2 * std::max(from.value_or(0.0), read_from.value_or(0.0));
+  // The default is never below the floor.
+  return std::clamp(static_cast<std::size_t>(std::min(twice, 1e18)), kMinFootprint, fallback);
 }
 
 Ceilings ceilings_from_profile(const nlohmann::json& profile) {

@@ -53,8 +53,10 @@ std::optional<double> compute_ceiling(const Ceilings& c, GgmlType type, std::str
 // reports, at least 256 MiB.
 std::size_t default_footprint();
 // The same for a machine the probe has measured: twice the working set from which its load
-// latency sat on the DRAM plateau, at least 256 MiB and at most the default. A VM can report a
-// cache it does not have (one host here claimed 508 MiB of L3 per core while loads reached DRAM
+// latency, or its read bandwidth at any thread count (whichever is larger), sat on the DRAM
+// plateau, at least 256 MiB and at most the default. (A 16-core Xeon's loads reached DRAM
+// latency from 8 MiB on, while its 300 MiB L3 still sped up reads of 256 MiB by half.) A VM
+// can report a cache it does not have (one host here claimed 508 MiB of L3 per core while loads reached DRAM
 // latency from 256 MiB on, and the default swept 4 GiB per point). The default when the profile
 // has no DRAM plateau; throws UsageError when its plateau has no positive size.
 std::size_t footprint_from_profile(const nlohmann::json& profile);

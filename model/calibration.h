@@ -89,8 +89,9 @@ struct CalibrationRun {
 // thirteenth session), so it only sets the band.
 double curve_matrix_residual(const std::vector<CalibrationRun>& runs);
 
-// The buffer the reads around each sweep stream: several times any last-level cache.
-inline constexpr std::uint64_t kCurveReadBytes = std::uint64_t{256} << 20;
+// The buffer the reads around each sweep stream: 0 takes dram_buffer_bytes, twice this host's
+// last-level cache.
+inline constexpr std::uint64_t kCurveReadBytes = 0;
 
 struct Calibration {
   std::string measured_at;

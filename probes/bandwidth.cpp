@@ -270,10 +270,19 @@ std::vector<BandwidthPoint> run_bandwidth_sweep(const BandwidthOptions& options,
   return SweepRunner(options, topo).run();
 }
 
+std::uint64_t dram_buffer_bytes(const Topology& topo) {
+  constexpr std::uint64_t kFloor = std::uint64_t{256} << 20;
+  const CacheLevel* llc = topo.last_level_cache();
+  const std::uint64_t llc_bytes = llc != nullptr ? llc->size_bytes * std::max(1U, llc->instances) : 0;
+  const std::uint64_t wanted = std::max(kFloor, 2 * llc_bytes);
+  return topo.available_memory_bytes >= 4 * kFloor ? std::min(wanted, topo.available_memory_bytes / 4) : kFloor;
+}
+
 double measure_dram_read_gbs(unsigned threads, IsaLevel level, std::uint64_t bytes) {
   BandwidthOptions o;
   o.thread_counts = {threads};
   o.kernels = {StreamKernel::read};
+  if (bytes == 0) bytes = dram_buffer_bytes(host_topology());
   o.min_bytes = o.max_bytes = bytes;
   o.min_time = 0.05;
   o.samples = 5;

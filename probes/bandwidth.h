@@ -55,9 +55,15 @@ unsigned read_streams_for(std::uint64_t bytes_per_thread, const Topology& topo);
 std::vector<BandwidthPoint> run_bandwidth_sweep(const BandwidthOptions& options,
                                                 const Topology& topo);
 
-// The probe's read kernel on `bytes` (far beyond the caches) at `threads` threads: the median
-// GB/s of five samples. A quick same-minute ceiling for a measurement judged against DRAM.
-double measure_dram_read_gbs(unsigned threads, IsaLevel level, std::uint64_t bytes = std::uint64_t{256} << 20);
+// A buffer no cache serves a useful part of: twice the whole last-level cache, at least 256 MiB,
+// at most a quarter of the available memory. Less misleads on a large L3: the 300 MiB L3 of one
+// 16-core Xeon streamed a 256 MiB buffer at 143 GB/s and a 512 MiB one at 96 (DRAM).
+std::uint64_t dram_buffer_bytes(const Topology& topo);
+
+// The probe's read kernel on `bytes` (0: dram_buffer_bytes of this host) at `threads` threads:
+// the median GB/s of five samples. A quick same-minute ceiling for a measurement judged against
+// DRAM.
+double measure_dram_read_gbs(unsigned threads, IsaLevel level, std::uint64_t bytes = 0);
 
 // Bytes one pass moves for a kernel over n elements per thread, by the kernel's contract.
 std::uint64_t bytes_per_pass(StreamKernel kernel, std::uint64_t elements);
