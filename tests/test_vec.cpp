@@ -47,7 +47,7 @@ TEST(VecOps, KeyScoresMatchPerKeyDots) {
     const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
     for (std::size_t count : {1U, 5U, 15U, 16U}) {
       for (std::size_t n : {1U, 7U, 33U, 64U, 128U, 300U}) {
-        for (std::size_t heads : {1U, 2U, 3U, 4U, 5U, 8U}) {
+        for (std::size_t heads : {1U, 2U, 3U, 4U, 5U, 8U, 9U, 12U}) {
           std::vector<float> keys(n * kKeyBlock, std::nanf("")), q(heads * n);
           std::vector<std::uint16_t> half_keys(keys.size(), 0x7E00);  // F16 NaN
           std::vector<std::vector<float>> key_rows(count, std::vector<float>(n));
@@ -92,7 +92,7 @@ TEST(VecOps, RowVariantsMatchPerRowCalls) {
     const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
     for (std::size_t rows_n : {1U, 5U, 16U, 17U, 40U}) {
       for (std::size_t n : {33U, 64U, 80U, 128U, 300U}) {
-        for (std::size_t heads : {1U, 3U, 8U}) {
+        for (std::size_t heads : {1U, 3U, 8U, 9U, 12U}) {
           const std::size_t stride = n + 7;
           std::vector<float> rows(rows_n * stride), w(heads * rows_n);
           std::vector<std::uint16_t> half_rows(rows.size());
