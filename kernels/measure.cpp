@@ -73,10 +73,7 @@ WeightSet make_weights(GgmlType type, Shape shape, std::size_t footprint, Weight
 }  // namespace
 
 std::size_t default_footprint() {
-  const Topology& topo = host_topology();
-  const CacheLevel* llc = topo.last_level_cache();
-  const std::size_t llc_bytes = llc != nullptr ? llc->size_bytes * std::max(1U, llc->instances) : 0;
-  return std::max<std::size_t>(4 * llc_bytes, kMinFootprint);
+  return std::max<std::size_t>(4 * host_topology().last_level_cache_bytes(), kMinFootprint);
 }
 
 namespace {

@@ -272,9 +272,7 @@ std::vector<BandwidthPoint> run_bandwidth_sweep(const BandwidthOptions& options,
 
 std::uint64_t dram_buffer_bytes(const Topology& topo) {
   constexpr std::uint64_t kFloor = std::uint64_t{256} << 20;
-  const CacheLevel* llc = topo.last_level_cache();
-  const std::uint64_t llc_bytes = llc != nullptr ? llc->size_bytes * std::max(1U, llc->instances) : 0;
-  const std::uint64_t wanted = std::max(kFloor, 2 * llc_bytes);
+  const std::uint64_t wanted = std::max(kFloor, 2 * topo.last_level_cache_bytes());
   return topo.available_memory_bytes >= 4 * kFloor ? std::min(wanted, topo.available_memory_bytes / 4) : kFloor;
 }
 

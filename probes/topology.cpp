@@ -99,6 +99,11 @@ const CacheLevel* Topology::last_level_cache() const {
   return caches.empty() ? nullptr : &caches.back();
 }
 
+std::uint64_t Topology::last_level_cache_bytes() const {
+  const CacheLevel* llc = last_level_cache();
+  return llc != nullptr ? llc->size_bytes * std::max(1U, llc->instances) : 0;
+}
+
 const CacheLevel* Topology::cache(int level) const {
   for (const auto& c : caches) {
     if (c.level == level) return &c;

@@ -40,6 +40,9 @@ struct Topology {
 
   // Largest data/unified cache level, or nullptr if hwloc found none.
   [[nodiscard]] const CacheLevel* last_level_cache() const;
+  // All instances of it together (0 if there is none): what a working set must exceed to leave
+  // every cache.
+  [[nodiscard]] std::uint64_t last_level_cache_bytes() const;
   [[nodiscard]] const CacheLevel* cache(int level) const;
 };
 
