@@ -4,7 +4,9 @@
 // multiply-add. For DRAM-resident figures against the roofline use `infercast kernels`, which
 // cycles through weights far larger than the last-level cache. Also one attention task per ISA
 // level (the vector primitives of kernels/vec.h on one thread, cache-resident): what a decode
-// step pays per KV head and token once the cache lines have arrived.
+// step pays per KV head and token once the cache lines have arrived. And the AMX kernels' decode
+// of a 16-row group into tile rows from each layout (`amx_decode/...`, one core, in cache): plain
+// AVX-512, so any AVX-512 machine measures what an AMX machine pays for it.
 #include <benchmark/benchmark.h>
 
 #include <fmt/format.h>
@@ -17,9 +19,11 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/amx_decode.h"
 #include "kernels/formats.h"
 #include "kernels/gemm.h"
 #include "kernels/half.h"
+#include "kernels/interleave.h"
 #include "kernels/vec.h"
 #include "probes/topology.h"
 
@@ -105,7 +109,62 @@ void run_attention(benchmark::State& state, IsaLevel level, std::size_t len) {
                                                 benchmark::Counter::kIsRate);
 }
 
+// Sixteen rows of kCols decoded as the AMX kernels do per row group, from one layout: to signed
+// bytes and scales for the INT8 tiles, or to bf16 with the scales applied for the BF16 tiles.
+void run_amx_decode(benchmark::State& state, GgmlType type, WeightLayout layout, bool bf16) {
+  constexpr std::size_t kGroupRows = 16;
+  const Matrix& w = weights(type, layout, kGroupRows, kCols);
+  const std::size_t nsub = kCols / decoded_sub_block(type);
+  const std::size_t ldq = kCols + 64;
+  const std::size_t ldw = kCols + 32;
+  std::vector<std::int8_t> q(kGroupRows * ldq);
+  std::vector<float> scale(kGroupRows * nsub), offset(kGroupRows * nsub);
+  std::vector<std::uint16_t> out_bf16(kGroupRows * ldw);
+  const DecodedRows out{q.data(), scale.data(), offset.data(), ldq, nsub};
+  const auto* bytes = w.bytes.data();
+  const std::size_t row_bytes = w.view.row_bytes;
+  for (auto _ : state) {
+    if (layout == WeightLayout::interleaved8) {
+      for (std::size_t r = 0; r < kGroupRows; r += 8) {
+        if (bf16) {
+          decode_x8_group_bf16(type, bytes + r * row_bytes, kCols, out_bf16.data() + r * ldw, ldw, out);
+        } else {
+          decode_x8_group(type, bytes + r * row_bytes, kCols, out, r);
+        }
+      }
+    } else {
+      for (std::size_t r = 0; r < kGroupRows; ++r) {
+        if (bf16) {
+          decode_gguf_row_bf16(type, bytes + r * row_bytes, kCols, out_bf16.data() + r * ldw, out);
+        } else {
+          decode_gguf_row(type, bytes + r * row_bytes, kCols, out, r);
+        }
+      }
+    }
+    benchmark::DoNotOptimize(q.data());
+    benchmark::DoNotOptimize(out_bf16.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * w.bytes.size()));
+}
+
 void register_all() {
+  const CpuFeatures& cpu = host_cpu();
+  if (cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq && cpu.os_avx512) {
+    for (bool bf16 : {false, true}) {
+      if (bf16 && !cpu.avx512_bf16) continue;
+      for (GgmlType type : weight_formats()) {
+        if (!has_interleaved_layout(type)) continue;
+        for (WeightLayout layout : {WeightLayout::gguf, WeightLayout::interleaved8}) {
+          benchmark::RegisterBenchmark(fmt::format("amx_decode{}/{}/{}", bf16 ? "_bf16" : "", format_info(type).name,
+                                                   layout == WeightLayout::gguf ? "gguf" : "x8")
+                                           .c_str(),
+                                       [=](benchmark::State& s) { run_amx_decode(s, type, layout, bf16); })
+              ->Unit(benchmark::kMicrosecond);
+        }
+      }
+    }
+  }
   for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
     const auto level = static_cast<IsaLevel>(l);
     for (std::size_t len : {128, 512, 2048}) {

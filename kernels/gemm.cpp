@@ -18,12 +18,11 @@ WeightView make_weight_view(GgmlType type, const void* data, std::size_t rows, s
 }
 
 WeightLayout preferred_layout(GgmlType type, IsaLevel level) {
-  // AMX tiles read the GGUF layout as it is. Below AMX the interleaved kernels beat the row
-  // kernels at GEMV and at batches of 4 to 256 for Q4_0, Q8_0, Q4_K and Q6_K on the Zen 5 host
-  // (docs/PERFORMANCE.md); Q5_K's AVX-512 interleaved kernel was measured against the AVX2
-  // interleaved one only.
-  const bool vector = level == IsaLevel::avx2 || level == IsaLevel::avx512;
-  return vector && has_interleaved_layout(type) ? WeightLayout::interleaved8 : WeightLayout::gguf;
+  // The interleaved kernels beat the row kernels at GEMV and at batches of 4 to 256 for Q4_0,
+  // Q8_0, Q4_K and Q6_K on the Zen 5 host, and at batches 1-16 on the AMX host, where the AMX
+  // tiles read the interleaved rows too from amx_x8_min_batch on (docs/PERFORMANCE.md); Q5_K's
+  // AVX-512 interleaved kernel was measured against the AVX2 interleaved one only.
+  return level != IsaLevel::scalar && has_interleaved_layout(type) ? WeightLayout::interleaved8 : WeightLayout::gguf;
 }
 
 WeightView relayout(const WeightView& w, std::uint8_t* data, WeightLayout layout) {
@@ -121,7 +120,9 @@ const GemmKernel& GemmContext::select(GgmlType type, WeightLayout layout, std::s
   const CpuFeatures& cpu = features_;
   if (layout == WeightLayout::interleaved8) {
     // Whichever level the context runs at, only these read the interleaved bytes.
-    const GemmKernel* k = level_ >= IsaLevel::avx512 && cpu.avx512_vnni ? avx512_x8_gemm_kernel(type, batch) : nullptr;
+    const GemmKernel* k = nullptr;
+    if (level_ >= IsaLevel::amx && batch >= amx_x8_min_batch(type) && cols % 32 == 0) k = amx_x8_gemm_kernel(type, batch);
+    if (k == nullptr && level_ >= IsaLevel::avx512 && cpu.avx512_vnni) k = avx512_x8_gemm_kernel(type, batch);
     if (k == nullptr) k = level_ >= IsaLevel::avx2 ? avx2_x8_gemm_kernel(type) : scalar_x8_gemm_kernel(type);
     if (k == nullptr) throw UsageError(fmt::format("no kernel for interleaved {}", format_info(type).name));
     return *k;

@@ -41,8 +41,8 @@ struct WeightView {
 WeightView make_weight_view(GgmlType type, const void* data, std::size_t rows, std::size_t cols);
 
 // The layout the kernels of `level` multiply `type` fastest in: interleaved for the block
-// formats on AVX2 and AVX-512, whose row kernels are bound by instructions, not by memory; GGUF
-// for AMX (its tiles read the GGUF layout as it is), the scalar reference and the float formats.
+// formats on AVX2, AVX-512 and AMX (whose row kernels are bound by instructions, not by memory;
+// the AMX tiles decode either layout); GGUF for the scalar reference and the float formats.
 WeightLayout preferred_layout(GgmlType type, IsaLevel level);
 // Rewrites the matrix in place into `layout` (from GGUF; `data` is w.data, writable) and
 // returns its view. A no-op for a format without that layout.

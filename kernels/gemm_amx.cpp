@@ -2,7 +2,8 @@
 // when the CPU has AMX and the kernel granted tile permission).
 //
 // Quantized formats use INT8 tiles. A row group of 16 weight rows is decoded once into signed
-// bytes plus a float scale (and, for Q4_K/Q5_K, a float offset) per sub-block of 32 (Q6_K: 16).
+// bytes plus a float scale (and, for Q4_K/Q5_K, a float offset) per sub-block of 32 (Q6_K: 16),
+// from either layout (amx_decode.h): a GGUF row at a time, or eight interleaved rows at a time.
 // For every 16 activation rows, each sub-block is one tdpbssd of weights x packed activations;
 // its int32 tile is scaled into 16 float accumulators with AVX-512 while the next tile multiply
 // runs. Scales vary per sub-block on both sides, so that scaling is the price of block formats.
@@ -19,8 +20,10 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/amx_decode.h"
+#include "kernels/gemm.h"
 #include "kernels/gemm_kernels.h"
-#include "kernels/half.h"
+#include "kernels/interleave.h"
 #include "kernels/simd_quantize.h"
 #include "probes/amx_tile_config.h"
 
@@ -67,6 +70,8 @@ class NextGroupPrefetch {
   std::size_t line_ = 0;
 };
 
+// F16C, not half.h's portable conversion: an inline function with external linkage compiled
+// here could be the copy the linker keeps for baseline code.
 inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
 
 // ---------------------------------------------------------------------------------------------
@@ -133,7 +138,7 @@ void int8_pack(const GemmCall& c, std::size_t begin, std::size_t end) {
         quant.q8_0(c.x + row * c.ldx, b8.data(), c.cols);
         for (std::size_t s = 0; s < b8.size(); ++s) {
           std::memcpy(q.data() + s * kQk, b8[s].qs, kQk);
-          scale[s] = fp16_to_fp32(b8[s].d);
+          scale[s] = half_to_float(b8[s].d);
         }
       }
       // Column m of every B tile: row t holds quants 4t..4t+3 of the sub-block.
@@ -148,13 +153,8 @@ void int8_pack(const GemmCall& c, std::size_t begin, std::size_t end) {
 }
 
 // Decoded weights for one row group: bytes [16][ldq], scale and offset [16][nsub].
-struct Int8Scratch {
-  std::int8_t* q;
-  float* scale;
-  float* offset;
+struct Int8Scratch : DecodedRows {
   float* tile_out;  // two 16x16 int32 tile stores
-  std::size_t ldq;
-  std::size_t nsub;
 };
 
 template <GgmlType W>
@@ -176,92 +176,30 @@ Int8Scratch int8_scratch(std::uint8_t* base, std::size_t cols) {
   return s;
 }
 
-#include "kernels/k_scales.inc"
-
-inline void store32(std::int8_t* dst, __m256i v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), v); }
-
-// Decodes weight row `n` of the group into signed bytes and per-sub-block scale/offset.
-template <GgmlType W>
-void decode_row(const std::uint8_t* row, std::size_t cols, const Int8Scratch& s, std::size_t n) {
-  std::int8_t* q = s.q + n * s.ldq;
-  float* scale = s.scale + n * s.nsub;
-  float* offset = s.offset + n * s.nsub;
-  const __m256i nibble = _mm256_set1_epi8(0x0F);
-  if constexpr (W == GgmlType::q8_0 || W == GgmlType::q4_0) {
-    using Block = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, BlockQ4_0>;
-    const auto* b = reinterpret_cast<const Block*>(row);
-    const std::size_t nb = cols / kQk;
-    // Sixteen block scales per gather: the low half of the dword at each block's start.
-    const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                               _mm512_set1_epi32(static_cast<int>(sizeof(Block))));
-    std::size_t i = 0;
-    for (; i + 16 <= nb; i += 16) {
-      const __m512i d = _mm512_i32gather_epi32(offsets, b + i, 1);
-      _mm512_storeu_ps(scale + i, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d)));
+// Rows [r0, r0 + count) of the weights into rows 0..count-1 of `s`, zeros from there to `fill`.
+// Interleaved weights are decoded a group of eight at a time; rows past the matrix's last full
+// group keep the GGUF layout (kernels/interleave.h), as do all rows of a GGUF-layout matrix.
+template <GgmlType W, WeightLayout L>
+void decode_rows(const GemmCall& c, std::size_t r0, std::size_t count, std::size_t fill, const DecodedRows& s) {
+  const std::size_t interleaved_end = L == WeightLayout::interleaved8 ? c.rows / kInterleave * kInterleave : 0;
+  std::size_t n = 0;
+  while (n < count) {
+    if (n + kInterleave <= count && r0 + n + kInterleave <= interleaved_end) {  // r0 + n: a multiple of eight
+      decode_x8_group(W, c.w + (r0 + n) * c.row_bytes, c.cols, s, n);
+      n += kInterleave;
+    } else {
+      decode_gguf_row(W, c.w + (r0 + n) * c.row_bytes, c.cols, s, n);
+      ++n;
     }
-    for (; i < nb; ++i) scale[i] = half_to_float(b[i].d);
-    for (i = 0; i < nb; ++i) {
-      if constexpr (W == GgmlType::q8_0) {
-        store32(q + i * kQk, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs)));
-      } else {
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
-        const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), nibble);
-        store32(q + i * kQk, _mm256_sub_epi8(u, _mm256_set1_epi8(8)));
-      }
-    }
-  } else if constexpr (W == GgmlType::q4_k || W == GgmlType::q5_k) {
-    using Block = std::conditional_t<W == GgmlType::q4_k, BlockQ4_K, BlockQ5_K>;
-    const auto* b = reinterpret_cast<const Block*>(row);
-    for (std::size_t i = 0; i < cols / kQkK; ++i) {
-      std::uint8_t sm[16];
-      unpack_k4_scales(b[i].scales, sm);
-      const float d = half_to_float(b[i].d);
-      const float dmin = half_to_float(b[i].dmin);
-      __m256i qh = _mm256_setzero_si256();
-      if constexpr (W == GgmlType::q5_k) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh));
-      for (int j = 0; j < 4; ++j) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * j));
-        __m256i lo = _mm256_and_si256(v, nibble);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
-        if constexpr (W == GgmlType::q5_k) {
-          const __m256i b0 = _mm256_set1_epi8(static_cast<char>(1 << (2 * j)));
-          const __m256i b1 = _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1)));
-          lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b0), b0), _mm256_set1_epi8(16)));
-          hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, b1), b1), _mm256_set1_epi8(16)));
-        }
-        store32(q + i * kQkK + 64 * j, lo);
-        store32(q + i * kQkK + 64 * j + 32, hi);
-      }
-      for (int j = 0; j < 8; ++j) {
-        scale[i * 8 + j] = d * sm[j];
-        offset[i * 8 + j] = -dmin * sm[8 + j];
-      }
-    }
-  } else {
-    const auto* b = reinterpret_cast<const BlockQ6_K*>(row);
-    const __m256i two_bits = _mm256_set1_epi8(0x03);
-    for (std::size_t i = 0; i < cols / kQkK; ++i) {
-      const float d = half_to_float(b[i].d);
-      for (int h = 0; h < 2; ++h) {
-        const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].ql + 64 * h));
-        const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].ql + 64 * h + 32));
-        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh + 32 * h));
-        const auto high = [&](int shift) {
-          return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, shift), two_bits), 4);
-        };
-        const __m256i bias = _mm256_set1_epi8(32);
-        std::int8_t* out = q + i * kQkK + 128 * h;
-        store32(out, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql0, nibble), high(0)), bias));
-        store32(out + 32, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(ql1, nibble), high(2)), bias));
-        store32(out + 64, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), nibble), high(4)), bias));
-        store32(out + 96, _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), nibble), high(6)), bias));
-      }
-      for (int g = 0; g < 16; ++g) scale[i * 16 + g] = d * b[i].scales[g];
-    }
+  }
+  for (; n < fill; ++n) {
+    std::memset(s.q + n * s.ldq, 0, c.cols);
+    std::fill(s.scale + n * s.nsub, s.scale + (n + 1) * s.nsub, 0.0F);
+    std::fill(s.offset + n * s.nsub, s.offset + (n + 1) * s.nsub, 0.0F);
   }
 }
 
-template <GgmlType W>
+template <GgmlType W, WeightLayout L>
 void int8_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t* scratch) {
   constexpr std::size_t S = sub_block<W>();
   const std::size_t nsub = c.cols / S;
@@ -284,15 +222,7 @@ void int8_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8
     const std::size_t nrows = std::min(kTile, end - r0);
     const std::size_t next_rows = r0 + kTile < end ? std::min(kTile, end - r0 - kTile) : 0;
     NextGroupPrefetch prefetch(c.w + (r0 + kTile) * c.row_bytes, next_rows, c.row_bytes, tiles_m * nsub);
-    for (std::size_t n = 0; n < kTile; ++n) {
-      if (n < nrows) {
-        decode_row<W>(c.w + (r0 + n) * c.row_bytes, c.cols, s, n);
-      } else {
-        std::memset(s.q + n * s.ldq, 0, c.cols);
-        std::fill(s.scale + n * nsub, s.scale + (n + 1) * nsub, 0.0F);
-        std::fill(s.offset + n * nsub, s.offset + (n + 1) * nsub, 0.0F);
-      }
-    }
+    decode_rows<W, L>(c, r0, nrows, kTile, s);
     for (std::size_t mt = 0; mt < tiles_m; ++mt) {
       const std::uint8_t* base = c.packed + mt * int8_tile_bytes<W>(c.cols);
       const auto* xd = reinterpret_cast<const float*>(base + nsub * S * kTile);
@@ -451,29 +381,6 @@ Bf16Scratch bf16_scratch(std::uint8_t* base, std::size_t cols) {
   return s;
 }
 
-// Sixteen weights from column k of a decoded block-format row, scales applied.
-template <GgmlType W>
-INFERCAST_INLINE __m512 scaled16(const Int8Scratch& q, std::size_t k) {
-  const std::size_t j = k / sub_block<W>();
-  const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q.q + k))));
-  if constexpr (has_offset<W>()) return _mm512_fmadd_ps(v, _mm512_set1_ps(q.scale[j]), _mm512_set1_ps(q.offset[j]));
-  return _mm512_mul_ps(v, _mm512_set1_ps(q.scale[j]));
-}
-
-// Sixteen bf16 values (q - bias) x scale + offset for q = 0..15: a 4-bit format's sub-block as a
-// lookup table, so decoding is one word permute per 32 weights. Same rounding as the generic
-// path: the float product is exact, one rounding to bf16.
-INFERCAST_INLINE __m512i nibble_table(float scale, float offset, float bias) {
-  const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512 v = _mm512_fmadd_ps(_mm512_sub_ps(q, _mm512_set1_ps(bias)), _mm512_set1_ps(scale), _mm512_set1_ps(offset));
-  return _mm512_castsi256_si512(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
-}
-
-// 32 word indices: the low nibbles of 32 bytes, or their high nibbles.
-INFERCAST_INLINE __m512i nibble_words(__m512i bytes_as_words, bool high) {
-  return high ? _mm512_srli_epi16(bytes_as_words, 4) : _mm512_and_si512(bytes_as_words, _mm512_set1_epi16(0x0F));
-}
-
 template <GgmlType W>
 void row_to_bf16(const std::uint8_t* src, std::size_t cols, const Bf16Scratch& s, std::uint16_t* dst) {
   if constexpr (W == GgmlType::bf16) {
@@ -484,48 +391,8 @@ void row_to_bf16(const std::uint8_t* src, std::size_t cols, const Bf16Scratch& s
       const __m512 b = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * k + 32)));
       _mm512_storeu_si512(dst + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));
     }
-  } else if constexpr (W == GgmlType::q8_0) {
-    const auto* b = reinterpret_cast<const BlockQ8_0*>(src);
-    for (std::size_t i = 0; i < cols / kQk; ++i) {
-      const __m512 d = _mm512_set1_ps(half_to_float(b[i].d));
-      const auto half = [&](int h) {
-        const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs + 16 * h));
-        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d);
-      };
-      _mm512_storeu_si512(dst + kQk * i, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(half(1), half(0))));
-    }
-  } else if constexpr (W == GgmlType::q4_0) {
-    const auto* b = reinterpret_cast<const BlockQ4_0*>(src);
-    for (std::size_t i = 0; i < cols / kQk; ++i) {
-      const __m512i table = nibble_table(half_to_float(b[i].d), 0.0F, 8.0F);
-      // Elements 0..15 are the low nibbles of the 16 bytes, 16..31 the high ones.
-      const __m256i bytes = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs)));
-      const __m512i words = _mm512_inserti64x4(_mm512_castsi256_si512(bytes), bytes, 1);
-      const __m512i idx = _mm512_mask_srli_epi16(_mm512_and_si512(words, _mm512_set1_epi16(0x0F)), 0xFFFF0000U, words, 4);
-      _mm512_storeu_si512(dst + kQk * i, _mm512_permutexvar_epi16(idx, table));
-    }
-  } else if constexpr (W == GgmlType::q4_k) {
-    const auto* b = reinterpret_cast<const BlockQ4_K*>(src);
-    for (std::size_t i = 0; i < cols / kQkK; ++i) {
-      alignas(16) std::uint8_t sm[16];
-      unpack_k4_scales(b[i].scales, sm);
-      const float d = half_to_float(b[i].d);
-      const float dmin = half_to_float(b[i].dmin);
-      for (int j = 0; j < 4; ++j) {
-        const __m512i words = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * j)));
-        for (int h = 0; h < 2; ++h) {
-          const int sub = 2 * j + h;
-          const __m512i table = nibble_table(d * static_cast<float>(sm[sub]), -dmin * static_cast<float>(sm[8 + sub]), 0.0F);
-          _mm512_storeu_si512(dst + kQkK * i + 32 * sub, _mm512_permutexvar_epi16(nibble_words(words, h == 1), table));
-        }
-      }
-    }
   } else {
-    const Int8Scratch q = int8_scratch<W>(s.int8, cols);
-    decode_row<W>(src, cols, q, 0);
-    for (std::size_t k = 0; k < cols; k += 32) {
-      _mm512_storeu_si512(dst + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(scaled16<W>(q, k + 16), scaled16<W>(q, k))));
-    }
+    decode_gguf_row_bf16(W, src, cols, dst, int8_scratch<W>(s.int8, cols));
   }
 }
 
@@ -550,7 +417,7 @@ void store_transposed(const GemmCall& c, const float* acc_base, std::size_t mb, 
   }
 }
 
-template <GgmlType W>
+template <GgmlType W, WeightLayout L>
 void bf16_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t* scratch) {
   const std::size_t ldw = bf16_ldw(c.cols);
   const auto lda = static_cast<long>(ldw);
@@ -570,13 +437,22 @@ void bf16_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8
     for (std::size_t r0 = begin; r0 < end; r0 += kBf16Rows) {
       const std::size_t nrows = std::min(kBf16Rows, end - r0);
       // Through a padded buffer even for BF16: rows a power of two apart would share L1 sets.
-      for (std::size_t n = 0; n < kBf16Rows; ++n) {
-        auto* dst = reinterpret_cast<std::uint16_t*>(s.w + n * ldw);
-        if (n < nrows) {
-          row_to_bf16<W>(c.w + (r0 + n) * c.row_bytes, c.cols, s, dst);
-        } else {
-          std::memset(dst, 0, 2 * c.cols);
+      for (std::size_t n = 0; n < kBf16Rows;) {
+        const auto dst = [&](std::size_t row) { return reinterpret_cast<std::uint16_t*>(s.w + row * ldw); };
+        if constexpr (L == WeightLayout::interleaved8) {
+          // A group of eight at a time, the same bf16 as the GGUF rows' bit for bit.
+          if (n + kInterleave <= nrows && r0 + n + kInterleave <= c.rows / kInterleave * kInterleave) {
+            decode_x8_group_bf16(W, c.w + (r0 + n) * c.row_bytes, c.cols, dst(n), ldw / 2, int8_scratch<W>(s.int8, c.cols));
+            n += kInterleave;
+            continue;
+          }
         }
+        if (n < nrows) {
+          row_to_bf16<W>(c.w + (r0 + n) * c.row_bytes, c.cols, s, dst(n));
+        } else {
+          std::memset(dst(n), 0, 2 * c.cols);
+        }
+        ++n;
       }
       const std::size_t next_rows = r0 + kBf16Rows < end ? std::min(kBf16Rows, end - r0 - kBf16Rows) : 0;
       NextGroupPrefetch prefetch(c.w + (r0 + kBf16Rows) * c.row_bytes, next_rows, c.row_bytes,
@@ -616,14 +492,14 @@ void bf16_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8
   }
 }
 
-template <GgmlType W>
+template <GgmlType W, WeightLayout L = WeightLayout::gguf>
 constexpr GemmKernel int8_kernel() {
-  return GemmKernel{"amx_int8", W, int8_packed_bytes<W>, int8_pack<W>, kTile, int8_rows<W>, kTile,
+  return GemmKernel{"amx_int8", W, int8_packed_bytes<W>, int8_pack<W>, kTile, int8_rows<W, L>, kTile,
                     int8_scratch_bytes<W>};
 }
-template <GgmlType W>
+template <GgmlType W, WeightLayout L = WeightLayout::gguf>
 constexpr GemmKernel bf16_kernel() {
-  return GemmKernel{"amx_bf16", W, bf16_packed_bytes, bf16_pack, kTile, bf16_rows<W>, kBf16Rows, bf16_scratch_bytes<W>};
+  return GemmKernel{"amx_bf16", W, bf16_packed_bytes, bf16_pack, kTile, bf16_rows<W, L>, kBf16Rows, bf16_scratch_bytes<W>};
 }
 
 constexpr std::array kInt8Kernels = {
@@ -636,18 +512,37 @@ constexpr std::array kBf16Kernels = {
     bf16_kernel<GgmlType::q6_k>(),
 };
 
-}  // namespace
+// The same tiles over interleaved weights: the block formats only (the float formats have no
+// interleaved layout).
+constexpr auto kX8 = WeightLayout::interleaved8;
+constexpr std::array kInt8X8Kernels = {
+    int8_kernel<GgmlType::q8_0, kX8>(), int8_kernel<GgmlType::q4_0, kX8>(), int8_kernel<GgmlType::q4_k, kX8>(),
+    int8_kernel<GgmlType::q5_k, kX8>(), int8_kernel<GgmlType::q6_k, kX8>(),
+};
+constexpr std::array kBf16X8Kernels = {
+    bf16_kernel<GgmlType::q8_0, kX8>(), bf16_kernel<GgmlType::q4_0, kX8>(), bf16_kernel<GgmlType::q4_k, kX8>(),
+    bf16_kernel<GgmlType::q5_k, kX8>(), bf16_kernel<GgmlType::q6_k, kX8>(),
+};
 
-const GemmKernel* amx_gemm_kernel(GgmlType type, std::size_t batch) {
+template <class Int8, class Bf16>
+const GemmKernel* pick(const Int8& int8, const Bf16& bf16, GgmlType type, std::size_t batch) {
   if (batch < amx_bf16_min_batch(type)) {
-    for (const auto& k : kInt8Kernels) {
+    for (const auto& k : int8) {
       if (k.type == type) return &k;
     }
   }
-  for (const auto& k : kBf16Kernels) {
+  for (const auto& k : bf16) {
     if (k.type == type) return &k;
   }
   return nullptr;
+}
+
+}  // namespace
+
+const GemmKernel* amx_gemm_kernel(GgmlType type, std::size_t batch) { return pick(kInt8Kernels, kBf16Kernels, type, batch); }
+
+const GemmKernel* amx_x8_gemm_kernel(GgmlType type, std::size_t batch) {
+  return pick(kInt8X8Kernels, kBf16X8Kernels, type, batch);
 }
 
 }  // namespace infercast

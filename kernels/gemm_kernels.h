@@ -46,6 +46,9 @@ const GemmKernel* avx2_gemm_kernel(GgmlType type, const CpuFeatures& cpu);
 // bf16 (kernel "avx512_bf16_round"), as the AMX BF16 tiles do.
 const GemmKernel* avx512_gemm_kernel(GgmlType type, const CpuFeatures& cpu, std::size_t batch);
 const GemmKernel* amx_gemm_kernel(GgmlType type, std::size_t batch);
+// The same AMX kernels reading the interleaved layout (the block formats): each group of eight
+// rows is decoded into the tile rows by an 8x8 transpose of four-quant groups (amx_decode.h).
+const GemmKernel* amx_x8_gemm_kernel(GgmlType type, std::size_t batch);
 // The kernels of the interleaved layout (every batch): AVX-512 VNNI (not for every format), AVX2,
 // and the scalar reference.
 // Q4_0 and Q8_0 batches of kPairMinBatch rows and more take their activation rows in pairs
@@ -67,6 +70,13 @@ inline constexpr std::size_t kBf16RoundMinBatch = kAmxMinBatch;
 // sub-blocks make INT8 tiles rescale twice as often, gains from 32; the others tie at 64 and gain
 // from 128. F16/BF16 always use BF16 tiles.
 inline std::size_t amx_bf16_min_batch(GgmlType type) { return type == GgmlType::q6_k ? 32 : 128; }
+// Interleaved weights at the AMX level stay on the interleaved AVX-512 kernels below this batch.
+// On the 16-core Xeon (docs/PERFORMANCE.md, nineteenth session, 4096x4096) those beat the AMX
+// tiles at batches 1-16 (1.5-2.7x at 8), and the tiles won from 32 (Q4_K and so Q5_K, whose
+// INT8 tiles rescale with an offset too, from 64).
+inline std::size_t amx_x8_min_batch(GgmlType type) {
+  return type == GgmlType::q4_k || type == GgmlType::q5_k ? 64 : 32;
+}
 
 inline std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m; }
 

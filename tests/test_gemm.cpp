@@ -224,9 +224,10 @@ TEST(GemmValidation, RejectsShapesTheFormatCannotHold) {
 // by exactly one thread in the same way, so the outputs equal the fixed split's bit for bit.
 // 1003 rows of 512 columns are four or more of the smallest runs a thread takes in every
 // format, so the threads share each matrix in several runs; the last three rows are a tail.
-// Every level runs both layouts: a level that prefers one still runs the other's kernels (AMX
-// keeps the GGUF layout, whose AVX-512 Q4_K/Q5_K GEMV differed by schedule until the K-quant
-// runs became whole four-row groups; only an AMX host showed it).
+// Every level runs both layouts: a level that prefers one still runs the other's kernels (the
+// AMX level kept the GGUF layout until the twentieth session, and its AVX-512 Q4_K/Q5_K GEMV
+// differed by schedule until the K-quant runs became whole four-row groups; only an AMX host
+// showed it).
 TEST(GemmSchedule, GuidedRowsEqualTheFixedSplitBitForBit) {
   const std::size_t rows = 1003;
   const std::size_t cols = 512;

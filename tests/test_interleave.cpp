@@ -3,15 +3,19 @@
 // checked against the scalar reference in test_gemm.cpp, in both layouts at every level.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "kernel_test_data.h"
+#include "kernels/amx_decode.h"
 #include "kernels/formats.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_kernels.h"
+#include "kernels/half.h"
 #include "kernels/interleave.h"
 #include "probes/error.h"
 #include "probes/random.h"
@@ -176,9 +180,10 @@ TEST(Interleave, VectorLevelsPreferItForTheBlockFormatsOnly) {
   for (GgmlType t : interleaved_formats()) {
     EXPECT_EQ(preferred_layout(t, IsaLevel::avx2), WeightLayout::interleaved8) << format_info(t).name;
     EXPECT_EQ(preferred_layout(t, IsaLevel::avx512), WeightLayout::interleaved8) << format_info(t).name;
-    // The scalar reference gains nothing from it, and AMX tiles read the GGUF layout as it is.
+    // Small batches on an AMX machine run the interleaved AVX-512 kernels; its tiles decode either layout.
+    EXPECT_EQ(preferred_layout(t, IsaLevel::amx), WeightLayout::interleaved8) << format_info(t).name;
+    // The scalar reference gains nothing from it.
     EXPECT_EQ(preferred_layout(t, IsaLevel::scalar), WeightLayout::gguf);
-    EXPECT_EQ(preferred_layout(t, IsaLevel::amx), WeightLayout::gguf);
   }
 }
 
@@ -210,6 +215,140 @@ TEST(Interleave, EachLayoutGoesToItsOwnKernels) {
     older.avx512_vnni = false;
     EXPECT_EQ(GemmContext(1, IsaLevel::avx512, older).kernel_name(GgmlType::q6_k, 8, 4096, WeightLayout::interleaved8),
               "avx2_x8");
+  }
+  if (max_supported_level(host_cpu()) >= IsaLevel::amx) {
+    // AMX takes interleaved weights from amx_x8_min_batch on, INT8 tiles first, then BF16 tiles.
+    const GemmContext amx(1, IsaLevel::amx);
+    const auto x8 = [&](GgmlType t, std::size_t batch) { return amx.kernel_name(t, batch, 4096, WeightLayout::interleaved8); };
+    EXPECT_EQ(x8(GgmlType::q4_0, 16), "avx512_x8_pairs");
+    EXPECT_EQ(x8(GgmlType::q4_0, 32), "amx_int8");
+    EXPECT_EQ(x8(GgmlType::q4_0, 512), "amx_bf16");
+    EXPECT_EQ(x8(GgmlType::q4_k, 32), "avx512_x8");
+    EXPECT_EQ(x8(GgmlType::q4_k, 64), "amx_int8");
+    EXPECT_EQ(x8(GgmlType::q6_k, 32), "amx_bf16");
+    EXPECT_EQ(x8(GgmlType::q8_0, 1), "avx512_x8");
+  }
+}
+
+// The AMX decode tests: AVX-512 code, run on any machine that has it; 768 columns are 24 Q8_0
+// blocks (a gather of sixteen scales and a tail of eight) and three K blocks; two row groups.
+bool has_avx512(bool bf16) {
+  const CpuFeatures& cpu = host_cpu();
+  return cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq && cpu.os_avx512 && (!bf16 || cpu.avx512_bf16);
+}
+constexpr std::size_t kDecodeCols = 768;
+constexpr std::size_t kDecodeRows = 16;
+
+bool same_floats(const float* a, const float* b, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+  }
+  return true;
+}
+
+// The AMX tiles take a group of eight interleaved rows through an 8x8 transpose of four-quant
+// groups instead of the GGUF decode: both must give the same tile rows, scales and offsets.
+// Random bytes reach every bit of every quant and scale field. Plain AVX-512, so any AVX-512
+// machine checks what only an AMX machine multiplies.
+TEST_P(InterleaveFormats, TheAmxDecodeOfAGroupEqualsTheGgufRowsDecode) {
+  if (!has_avx512(false)) GTEST_SKIP() << "the decode is AVX-512 code and this CPU or OS lacks AVX-512";
+  const GgmlType t = GetParam();
+  const auto& f = format_info(t);
+  const std::size_t cols = kDecodeCols;
+  const std::size_t rows = kDecodeRows;
+  const std::size_t row_bytes = f.row_bytes(cols);
+  const std::vector<std::uint8_t> original = random_bytes(rows * row_bytes, 41 + static_cast<int>(t));
+  std::vector<std::uint8_t> data = original;
+  relayout(make_weight_view(t, data.data(), rows, cols), data.data(), WeightLayout::interleaved8);
+
+  const std::size_t nsub = cols / decoded_sub_block(t);
+  const std::size_t ldq = cols + 64;
+  struct Decoded {
+    std::vector<std::int8_t> q;
+    std::vector<float> scale;
+    std::vector<float> offset;
+    DecodedRows rows;
+  };
+  const auto make = [&](std::int8_t fill) {
+    Decoded d{std::vector<std::int8_t>(rows * ldq, fill), std::vector<float>(rows * nsub, -1.0F),
+              std::vector<float>(rows * nsub, -1.0F), {}};
+    d.rows = DecodedRows{d.q.data(), d.scale.data(), d.offset.data(), ldq, nsub};
+    return d;
+  };
+  Decoded gguf = make(0);
+  Decoded x8 = make(0x55);
+  for (std::size_t r = 0; r < rows; ++r) decode_gguf_row(t, original.data() + r * row_bytes, cols, gguf.rows, r);
+  for (std::size_t g = 0; g < rows; g += 8) decode_x8_group(t, data.data() + g * row_bytes, cols, x8.rows, g);
+  const bool offsets = t == GgmlType::q4_k || t == GgmlType::q5_k;
+  for (std::size_t r = 0; r < rows; ++r) {
+    EXPECT_EQ(0, std::memcmp(gguf.q.data() + r * ldq, x8.q.data() + r * ldq, cols)) << f.name << " quants of row " << r;
+    EXPECT_TRUE(same_floats(gguf.scale.data() + r * nsub, x8.scale.data() + r * nsub, nsub)) << f.name << " scales of row " << r;
+    if (offsets) {
+      EXPECT_TRUE(same_floats(gguf.offset.data() + r * nsub, x8.offset.data() + r * nsub, nsub))
+          << f.name << " offsets of row " << r;
+    }
+  }
+  // Random quants reach each format's whole decoded range: Q4_0 and Q6_K less their bias, Q4_K
+  // and Q5_K unsigned (their mins go to the offsets), Q5_K's fifth bits included.
+  int lo = 0;
+  int hi = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const auto row = x8.q.begin() + static_cast<std::ptrdiff_t>(r * ldq);
+    const auto [a, b] = std::minmax_element(row, row + static_cast<std::ptrdiff_t>(cols));
+    lo = std::min<int>(lo, *a);
+    hi = std::max<int>(hi, *b);
+  }
+  const std::pair<int, int> range = t == GgmlType::q8_0   ? std::pair{-128, 127}
+                                    : t == GgmlType::q4_0 ? std::pair{-8, 7}
+                                    : t == GgmlType::q4_k ? std::pair{0, 15}
+                                    : t == GgmlType::q5_k ? std::pair{0, 31}
+                                                          : std::pair{-32, 31};
+  EXPECT_EQ(lo, range.first) << f.name;
+  EXPECT_EQ(hi, range.second) << f.name;
+}
+
+// The BF16 tiles' rows: eight interleaved rows give the GGUF rows' bf16 bit for bit (random
+// bytes, every field), and the GGUF rows are the reference dequantization rounded to bf16
+// (quantized Gaussian weights: finite scales, so the comparison is of values).
+TEST_P(InterleaveFormats, TheAmxBf16DecodeOfAGroupEqualsTheGgufRowsAndTheReference) {
+  if (!has_avx512(true)) GTEST_SKIP() << "the decode is AVX-512 BF16 code and this CPU or OS lacks AVX512-BF16";
+  const GgmlType t = GetParam();
+  const auto& f = format_info(t);
+  const std::size_t cols = kDecodeCols;
+  const std::size_t rows = kDecodeRows;
+  const std::size_t row_bytes = f.row_bytes(cols);
+  const std::size_t nsub = cols / decoded_sub_block(t);
+  const std::size_t ldq = cols + 64;
+  std::vector<std::int8_t> q(8 * ldq);
+  std::vector<float> scale(8 * nsub), offset(8 * nsub);
+  const DecodedRows scratch{q.data(), scale.data(), offset.data(), ldq, nsub};
+  const std::size_t ld = cols + 32;  // a padded stride, as the tile buffer has
+  const auto bf16_rows = [&](const std::vector<std::uint8_t>& gguf) {
+    std::vector<std::uint8_t> x8 = gguf;
+    relayout(make_weight_view(t, x8.data(), rows, cols), x8.data(), WeightLayout::interleaved8);
+    std::vector<std::uint16_t> from_gguf(rows * ld, 0x7FC1), from_x8(rows * ld, 0x7FC2);
+    for (std::size_t r = 0; r < rows; ++r) decode_gguf_row_bf16(t, gguf.data() + r * row_bytes, cols, from_gguf.data() + r * ld, scratch);
+    for (std::size_t g = 0; g < rows; g += 8) decode_x8_group_bf16(t, x8.data() + g * row_bytes, cols, from_x8.data() + g * ld, ld, scratch);
+    for (std::size_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(0, std::memcmp(from_gguf.data() + r * ld, from_x8.data() + r * ld, 2 * cols)) << f.name << " row " << r;
+    }
+    return from_gguf;
+  };
+  bf16_rows(random_bytes(rows * row_bytes, 43 + static_cast<int>(t)));
+
+  const std::vector<float> w = testing::gaussian(rows * cols, 7, 0.02F);
+  std::vector<std::uint8_t> gguf(rows * row_bytes);
+  for (std::size_t r = 0; r < rows; ++r) f.quantize(w.data() + r * cols, gguf.data() + r * row_bytes, cols);
+  const std::vector<std::uint16_t> got = bf16_rows(gguf);
+  std::vector<float> ref(cols);
+  for (std::size_t r = 0; r < rows; ++r) {
+    f.dequantize(gguf.data() + r * row_bytes, ref.data(), cols);
+    for (std::size_t k = 0; k < cols; ++k) {
+      const float v = bf16_to_fp32(got[r * ld + k]);
+      // bf16 keeps 8 bits of mantissa: half an ulp is 2^-9 of the value; the reference's own
+      // float rounding (a multiply, then an add) can move it by a float ulp or two more.
+      ASSERT_NEAR(v, ref[k], 0x1.0p-8F * std::fabs(ref[k]) + 1e-30F) << f.name << " row " << r << " column " << k;
+    }
   }
 }
 
