@@ -592,24 +592,23 @@ constexpr const char* kX8KernelName = "avx512_x8";
 // whole batch shares. On Zen 4 that gained 4-14% at batches 4 to 64 with the weights in cache,
 // and nothing measurable with them in DRAM (docs/PERFORMANCE.md, fifteenth session).
 
-// `Chains` dependent vpdpbusd chains per pair: a call with fewer than four pairs in flight
-// splits each pair's eight into two, or they would wait on one another's latency.
-template <class K, int Np, int Chains>
+// Each pair's eight vpdpbusd run as two dependent chains of four: with one chain of eight, even
+// eight pairs in flight left the VNNI units waiting on latency (Zen 5, alternated rounds: two
+// chains 2-7% faster at batches 8-64, equal at 4; four chains slower; docs/PERFORMANCE.md,
+// twentieth session).
+template <class K, int Np>
 INFERCAST_INLINE void pair_block(const typename K::X8& w, const ActPairQ8_0* const (&x)[Np], std::size_t b,
                                  __m512 (&acc)[Np]) {
-  static_assert(Chains == 1 || Chains == 2);
   __m512i q[8];
   K::duplicated(w, q);
   const __m512 dw = row_scales(w.d);
   INFERCAST_UNROLL
   for (int p = 0; p < Np; ++p) {
     const ActPairQ8_0& xa = x[p][b];
-    __m512i dot[Chains];
-    dot[0] = broadcast8(reinterpret_cast<const std::int8_t*>(xa.offset));
-    if constexpr (Chains == 2) dot[1] = _mm512_setzero_si512();
+    __m512i dot[2] = {broadcast8(reinterpret_cast<const std::int8_t*>(xa.offset)), _mm512_setzero_si512()};
     INFERCAST_UNROLL
-    for (int k = 0; k < 8; ++k) dot[k % Chains] = _mm512_dpbusd_epi32(dot[k % Chains], q[k], broadcast8(xa.qs[k][0]));
-    if constexpr (Chains == 2) dot[0] = _mm512_add_epi32(dot[0], dot[1]);
+    for (int k = 0; k < 8; ++k) dot[k % 2] = _mm512_dpbusd_epi32(dot[k % 2], q[k], broadcast8(xa.qs[k][0]));
+    dot[0] = _mm512_add_epi32(dot[0], dot[1]);
     const __m512 da = _mm512_castsi512_ps(broadcast8(reinterpret_cast<const std::int8_t*>(xa.d)));
     acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[0]), _mm512_mul_ps(dw, da), acc[p]);
   }
@@ -628,7 +627,7 @@ void pair_groups(const GemmCall& c, std::size_t r0, std::size_t stride, std::siz
   }
   for (std::size_t b = 0; b < c.cols / kQk; ++b) {
     INFERCAST_UNROLL
-    for (int g = 0; g < Ng; ++g) pair_block<K, Np, (Ng * Np >= 4 ? 1 : 2)>(w[g][b], x, b, acc[g]);
+    for (int g = 0; g < Ng; ++g) pair_block<K, Np>(w[g][b], x, b, acc[g]);
   }
   const __m512i split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   for (int g = 0; g < Ng; ++g) {
