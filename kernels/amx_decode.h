@@ -34,8 +34,9 @@ void decode_x8_group(GgmlType type, const std::uint8_t* group, std::size_t cols,
 
 // The same rows as bf16 with their scales applied, for the AMX BF16 tiles: one GGUF row to `dst`,
 // or eight interleaved rows to dst + r * ld (r < 8). Each weight is its float value (q x scale,
-// + offset, one rounding) rounded once to bf16, in either layout. Q5_K and Q6_K go through the
-// decoded rows: `scratch` must hold eight. Needs AVX512-BF16 as well.
+// + offset, one rounding) rounded once to bf16, in either layout. The 4- and 5-bit formats look
+// their values up in a table of bf16 per sub-block; Q6_K goes through the decoded rows, so
+// `scratch` must hold eight. Needs AVX512-BF16 as well.
 void decode_gguf_row_bf16(GgmlType type, const std::uint8_t* row, std::size_t cols, std::uint16_t* dst,
                           const DecodedRows& scratch);
 void decode_x8_group_bf16(GgmlType type, const std::uint8_t* group, std::size_t cols, std::uint16_t* dst, std::size_t ld,

@@ -318,6 +318,22 @@ INFERCAST_INLINE __m512i nibble_table(float scale, float offset, float bias) {
   return _mm512_castsi256_si512(reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
 }
 
+// The same for five-bit quants, q = 0..31 (Q5_K): thirty-two bf16 values fill the register.
+INFERCAST_INLINE __m512i five_bit_table(float scale, float offset) {
+  const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 s = _mm512_set1_ps(scale);
+  const __m512 o = _mm512_set1_ps(offset);
+  const __m512 lo = _mm512_fmadd_ps(q, s, o);
+  const __m512 hi = _mm512_fmadd_ps(_mm512_add_ps(q, _mm512_set1_ps(16.0F)), s, o);
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+}
+
+template <bool FifthBit>
+INFERCAST_INLINE __m512i k_table(float scale, float offset) {
+  if constexpr (FifthBit) return five_bit_table(scale, offset);
+  return nibble_table(scale, offset, 0.0F);
+}
+
 INFERCAST_INLINE void store_bf16(std::uint16_t* dst, __m512i v) { _mm512_storeu_si512(dst, v); }
 
 // Thirty-two weights of a Q8_0 block (signed bytes) times its scale, as bf16.
@@ -328,32 +344,20 @@ INFERCAST_INLINE __m512i q8_0_bf16(__m256i q, float scale) {
   return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
 }
 
-// Row n of decoded rows as bf16: q x scale (+ offset), rounded as the tables are. The sub-block
-// is a constant: a division per 16 weights made this 1.5-2x slower.
-template <bool Offset, std::size_t Sub>
-void decoded_row_bf16(const DecodedRows& q, std::size_t n, std::size_t cols, std::uint16_t* dst) {
-  const std::int8_t* row = q.q + n * q.ldq;
-  const float* scale = q.scale + n * q.nsub;
-  const float* offset = q.offset + n * q.nsub;
-  const auto scaled16 = [&](std::size_t k) {
-    const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k))));
-    if constexpr (Offset) return _mm512_fmadd_ps(v, _mm512_set1_ps(scale[k / Sub]), _mm512_set1_ps(offset[k / Sub]));
-    return _mm512_mul_ps(v, _mm512_set1_ps(scale[k / Sub]));
-  };
-  for (std::size_t k = 0; k < cols; k += 32) {
-    store_bf16(dst + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(scaled16(k + 16), scaled16(k))));
-  }
-}
-
-void decoded_rows_bf16(GgmlType type, const DecodedRows& q, std::size_t count, std::size_t cols, std::uint16_t* dst,
-                       std::size_t ld) {
+// Q6_K's rows as bf16 from the decoded rows: q x scale, rounded as the tables are (its 64
+// values per 16-weight sub-block would cost more to tabulate than to convert). The sub-block is
+// a constant: a division per 16 weights made this 1.5-2x slower.
+void decoded_rows_bf16(const DecodedRows& q, std::size_t count, std::size_t cols, std::uint16_t* dst, std::size_t ld) {
+  constexpr std::size_t kSub = decoded_sub_block(GgmlType::q6_k);
   for (std::size_t n = 0; n < count; ++n) {
-    if (type == GgmlType::q5_k) {
-      decoded_row_bf16<true, decoded_sub_block(GgmlType::q5_k)>(q, n, cols, dst + n * ld);
-    } else if (type == GgmlType::q6_k) {
-      decoded_row_bf16<false, decoded_sub_block(GgmlType::q6_k)>(q, n, cols, dst + n * ld);
-    } else {
-      decoded_row_bf16<false, 32>(q, n, cols, dst + n * ld);
+    const std::int8_t* row = q.q + n * q.ldq;
+    const float* scale = q.scale + n * q.nsub;
+    const auto scaled16 = [&](std::size_t k) {
+      const __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k))));
+      return _mm512_mul_ps(v, _mm512_set1_ps(scale[k / kSub]));
+    };
+    for (std::size_t k = 0; k < cols; k += 32) {
+      store_bf16(dst + n * ld + k, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(scaled16(k + 16), scaled16(k))));
     }
   }
 }
@@ -377,20 +381,38 @@ void q4_0_row_bf16(const std::uint8_t* row, std::size_t cols, std::uint16_t* dst
   }
 }
 
-void q4_k_row_bf16(const std::uint8_t* row, std::size_t cols, std::uint16_t* dst) {
-  const auto* b = reinterpret_cast<const BlockQ4_K*>(row);
+template <bool FifthBit>
+void k4_row_bf16(const std::uint8_t* row, std::size_t cols, std::uint16_t* dst) {
+  using Block = std::conditional_t<FifthBit, BlockQ5_K, BlockQ4_K>;
+  const auto* b = reinterpret_cast<const Block*>(row);
+  [[maybe_unused]] const __m256i m4 = _mm256_set1_epi8(0x0F);
+  [[maybe_unused]] const __m256i sixteen = _mm256_set1_epi8(16);
   for (std::size_t i = 0; i < cols / kQkK; ++i) {
     alignas(16) std::uint8_t sm[16];
     unpack_k4_scales(b[i].scales, sm);
     const float d = half_to_float(b[i].d);
     const float dmin = half_to_float(b[i].dmin);
+    [[maybe_unused]] __m256i qh = _mm256_setzero_si256();
+    if constexpr (FifthBit) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qh));
     for (int j = 0; j < 4; ++j) {
-      const __m512i words = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * j)));
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs + 32 * j));
+      __m512i idx[2];
+      if constexpr (FifthBit) {
+        for (int h = 0; h < 2; ++h) {
+          const __m256i nibbles = _mm256_and_si256(h == 0 ? v : _mm256_srli_epi16(v, 4), m4);
+          const __mmask32 bit = _mm256_test_epi8_mask(qh, _mm256_set1_epi8(static_cast<char>(1 << (2 * j + h))));
+          idx[h] = _mm512_cvtepu8_epi16(_mm256_mask_add_epi8(nibbles, bit, nibbles, sixteen));
+        }
+      } else {
+        // One widening for both sub-blocks; the nibbles are picked from the words.
+        const __m512i words = _mm512_cvtepu8_epi16(v);
+        idx[0] = _mm512_and_si512(words, _mm512_set1_epi16(0x0F));
+        idx[1] = _mm512_srli_epi16(words, 4);
+      }
       for (int h = 0; h < 2; ++h) {
         const int sub = 2 * j + h;
-        const __m512i table = nibble_table(d * static_cast<float>(sm[sub]), -dmin * static_cast<float>(sm[8 + sub]), 0.0F);
-        const __m512i idx = h == 1 ? _mm512_srli_epi16(words, 4) : _mm512_and_si512(words, _mm512_set1_epi16(0x0F));
-        store_bf16(dst + kQkK * i + 32 * sub, _mm512_permutexvar_epi16(idx, table));
+        const __m512i table = k_table<FifthBit>(d * static_cast<float>(sm[sub]), -dmin * static_cast<float>(sm[8 + sub]));
+        store_bf16(dst + kQkK * i + 32 * sub, _mm512_permutexvar_epi16(idx[h], table));
       }
     }
   }
@@ -429,26 +451,39 @@ void q4_0_group_bf16(const std::uint8_t* group, std::size_t cols, std::uint16_t*
   }
 }
 
-void q4_k_group_bf16(const std::uint8_t* group, std::size_t cols, std::uint16_t* dst, std::size_t ld) {
-  const auto* blocks = reinterpret_cast<const BlockQ4_Kx8*>(group);
+template <class X8>
+void k4_group_bf16(const std::uint8_t* group, std::size_t cols, std::uint16_t* dst, std::size_t ld) {
+  constexpr bool kFifthBit = std::is_same_v<X8, BlockQ5_Kx8>;
+  const auto* blocks = reinterpret_cast<const X8*>(group);
+  const __m512i sixteen = _mm512_set1_epi8(16);
   for (std::size_t b = 0; b < cols / kQkK; ++b) {
-    const BlockQ4_Kx8& x = blocks[b];
+    const X8& x = blocks[b];
     alignas(64) float scale[8][kInterleave];
     alignas(64) float offset[8][kInterleave];
     k4_group_scales(x, scale, offset);
+    [[maybe_unused]] __m512i qh[4] = {};
+    if constexpr (kFifthBit) {
+      for (int k = 0; k < 4; ++k) qh[k] = load64(x.qh[2 * k]);
+    }
     for (int j = 0; j < 4; ++j) {
-      __m512i lo[4];
-      __m512i hi[4];
-      k4_nibbles(x, j, lo, hi);
-      __m512i rows[2][4];
-      transpose_x8(lo, rows[0]);
-      transpose_x8(hi, rows[1]);
+      __m512i q[2][4];
+      k4_nibbles(x, j, q[0], q[1]);
+      if constexpr (kFifthBit) {
+        for (int h = 0; h < 2; ++h) {
+          for (int k = 0; k < 4; ++k) {
+            const __mmask64 bit = _mm512_test_epi8_mask(qh[k], _mm512_set1_epi8(static_cast<char>(1 << (2 * j + h))));
+            q[h][k] = _mm512_mask_add_epi8(q[h][k], bit, q[h][k], sixteen);
+          }
+        }
+      }
       for (int h = 0; h < 2; ++h) {
+        __m512i rows[4];
+        transpose_x8(q[h], rows);
         const int sub = 2 * j + h;
         INFERCAST_UNROLL
         for (int r = 0; r < kInterleave; ++r) {
-          const __m512i table = nibble_table(scale[sub][r], offset[sub][r], 0.0F);
-          store_bf16(dst + r * ld + b * kQkK + 32 * sub, _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(row_of(rows[h], r)), table));
+          const __m512i table = k_table<kFifthBit>(scale[sub][r], offset[sub][r]);
+          store_bf16(dst + r * ld + b * kQkK + 32 * sub, _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(row_of(rows, r)), table));
         }
       }
     }
@@ -485,10 +520,12 @@ void decode_gguf_row_bf16(GgmlType type, const std::uint8_t* row, std::size_t co
   switch (type) {
     case GgmlType::q8_0: return q8_0_row_bf16(row, cols, dst);
     case GgmlType::q4_0: return q4_0_row_bf16(row, cols, dst);
-    case GgmlType::q4_k: return q4_k_row_bf16(row, cols, dst);
-    default:
+    case GgmlType::q4_k: return k4_row_bf16<false>(row, cols, dst);
+    case GgmlType::q5_k: return k4_row_bf16<true>(row, cols, dst);
+    case GgmlType::q6_k:
       decode_gguf_row(type, row, cols, scratch, 0);
-      decoded_rows_bf16(type, scratch, 1, cols, dst, 0);
+      return decoded_rows_bf16(scratch, 1, cols, dst, 0);
+    default: break;
   }
 }
 
@@ -497,10 +534,12 @@ void decode_x8_group_bf16(GgmlType type, const std::uint8_t* group, std::size_t 
   switch (type) {
     case GgmlType::q8_0: return q8_0_group_bf16(group, cols, dst, ld);
     case GgmlType::q4_0: return q4_0_group_bf16(group, cols, dst, ld);
-    case GgmlType::q4_k: return q4_k_group_bf16(group, cols, dst, ld);
-    default:
+    case GgmlType::q4_k: return k4_group_bf16<BlockQ4_Kx8>(group, cols, dst, ld);
+    case GgmlType::q5_k: return k4_group_bf16<BlockQ5_Kx8>(group, cols, dst, ld);
+    case GgmlType::q6_k:
       decode_x8_group(type, group, cols, scratch, 0);
-      decoded_rows_bf16(type, scratch, kInterleave, cols, dst, ld);
+      return decoded_rows_bf16(scratch, kInterleave, cols, dst, ld);
+    default: break;
   }
 }
 
