@@ -131,7 +131,9 @@ TEST_P(GemmAllFormats, RandomWeightsEveryBatchShape) {
   const GgmlType t = GetParam();
   const std::size_t block = static_cast<std::size_t>(format_info(t).block_elems);
   const std::size_t cols = block == 1 ? 96 : (block == 32 ? 96 : 512);  // three Q8_0 blocks: odd pair count
-  for (std::size_t batch : {1U, 2U, 3U, 4U, 5U, 8U, 16U, 17U, 33U}) check_all_levels({t, 37, cols, batch, Pattern::gaussian});
+  // 64: the first batch at which AMX takes interleaved Q4_K/Q5_K (INT8 tiles); 37 rows mix four
+  // interleaved groups with five GGUF-layout rows in the last tile.
+  for (std::size_t batch : {1U, 2U, 3U, 4U, 5U, 8U, 16U, 17U, 33U, 64U}) check_all_levels({t, 37, cols, batch, Pattern::gaussian});
 }
 
 TEST_P(GemmAllFormats, EdgeCases) {
