@@ -3,12 +3,16 @@
 // scalar path use these, so the bytes a quantizer writes never depend on whether the build
 // machine has F16C; SIMD paths use the hardware instructions, which round the same way
 // (round to nearest, ties to even).
+//
+// Internal linkage on purpose: the ISA-flagged kernel files include this too, and with external
+// linkage an out-of-line copy compiled there (say, with AVX-512 encodings) could be the one the
+// linker keeps for the baseline code. `static` gives each file its own.
 #include <bit>
 #include <cstdint>
 
 namespace infercast {
 
-inline float fp16_to_fp32(std::uint16_t h) {
+static inline float fp16_to_fp32(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000U) << 16;
   const std::uint32_t exponent = (h >> 10) & 0x1FU;
   std::uint32_t mantissa = h & 0x3FFU;
@@ -25,7 +29,7 @@ inline float fp16_to_fp32(std::uint16_t h) {
   return std::bit_cast<float>(sign | (static_cast<std::uint32_t>(113 - shift) << 23) | (mantissa << 13));
 }
 
-inline std::uint16_t fp32_to_fp16(float f) {
+static inline std::uint16_t fp32_to_fp16(float f) {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
   const std::uint32_t sign = (x >> 16) & 0x8000U;
   const std::uint32_t abs = x & 0x7FFFFFFFU;
@@ -50,11 +54,11 @@ inline std::uint16_t fp32_to_fp16(float f) {
   return static_cast<std::uint16_t>(sign | h);
 }
 
-inline float bf16_to_fp32(std::uint16_t b) {
+static inline float bf16_to_fp32(std::uint16_t b) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
 }
 
-inline std::uint16_t fp32_to_bf16(float f) {
+static inline std::uint16_t fp32_to_bf16(float f) {
   const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
   if ((x & 0x7FFFFFFFU) > 0x7F800000U) return static_cast<std::uint16_t>((x >> 16) | 0x40U);  // quiet NaN
   return static_cast<std::uint16_t>((x + 0x7FFFU + ((x >> 16) & 1U)) >> 16);
