@@ -24,8 +24,7 @@ inline void store32(std::int8_t* dst, __m256i v) { _mm256_storeu_si256(reinterpr
 
 inline __m512i load64(const void* p) { return _mm512_loadu_si512(p); }
 
-// F16C, not half.h's portable conversion: an inline function with external linkage compiled
-// here could be the copy the linker keeps for baseline code.
+// The F16C instruction: half.h's portable conversion is for the reference paths.
 inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
 
 // The fp16 scales of a GGUF row's `count` blocks, `stride` bytes apart from `first`, as floats:

@@ -70,8 +70,7 @@ class NextGroupPrefetch {
   std::size_t line_ = 0;
 };
 
-// F16C, not half.h's portable conversion: an inline function with external linkage compiled
-// here could be the copy the linker keeps for baseline code.
+// The F16C instruction: half.h's portable conversion is for the reference paths.
 inline float half_to_float(std::uint16_t h) { return _cvtsh_ss(h); }
 
 // ---------------------------------------------------------------------------------------------
