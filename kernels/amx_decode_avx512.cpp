@@ -239,42 +239,50 @@ void k4_group_scales(const X8& x, float (&scale)[8][kInterleave], float (&offset
   }
 }
 
-// The quants of sub-blocks 2j (low nibbles) and 2j+1 (high nibbles) of a Q4_K/Q5_K x8 block,
-// four 32-bit groups of the eight rows per vector, as transpose_x8 takes them.
+// Q5_K's fifth bits of a block, [step pair][row][byte] as the nibbles are (zeros for Q4_K): bit k
+// of a byte belongs to sub-block k. Loaded once a block.
 template <class X8>
-INFERCAST_INLINE void k4_nibbles(const X8& x, int j, __m512i (&lo)[4], __m512i (&hi)[4]) {
+INFERCAST_INLINE void k4_fifth_bits(const X8& x, __m512i (&qh)[4]) {
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (std::is_same_v<X8, BlockQ5_Kx8>) {
+      qh[k] = load64(x.qh[2 * k]);
+    } else {
+      qh[k] = _mm512_setzero_si512();
+    }
+  }
+}
+
+// The unsigned quants of sub-blocks 2j (lo) and 2j+1 (hi) of a Q4_K/Q5_K x8 block, four 32-bit
+// groups of the eight rows per vector, as transpose_x8 takes them; Q5_K's fifth bits merged in.
+template <class X8>
+INFERCAST_INLINE void k4_quants(const X8& x, const __m512i (&qh)[4], int j, __m512i (&lo)[4], __m512i (&hi)[4]) {
   const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i sixteen = _mm512_set1_epi8(16);
   for (int k = 0; k < 4; ++k) {
     const __m512i v = load64(x.qs[j][2 * k]);
     lo[k] = _mm512_and_si512(v, m4);
     hi[k] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    if constexpr (std::is_same_v<X8, BlockQ5_Kx8>) {
+      const __mmask64 lo_bit = _mm512_test_epi8_mask(qh[k], _mm512_set1_epi8(static_cast<char>(1 << (2 * j))));
+      const __mmask64 hi_bit = _mm512_test_epi8_mask(qh[k], _mm512_set1_epi8(static_cast<char>(1 << (2 * j + 1))));
+      lo[k] = _mm512_mask_add_epi8(lo[k], lo_bit, lo[k], sixteen);  // bit 4 was clear: + is |
+      hi[k] = _mm512_mask_add_epi8(hi[k], hi_bit, hi[k], sixteen);
+    }
   }
 }
 
 template <class X8>
 void k4_group(const std::uint8_t* group, std::size_t cols, const DecodedRows& s, std::size_t n0) {
-  constexpr bool kFifthBit = std::is_same_v<X8, BlockQ5_Kx8>;
   const auto* blocks = reinterpret_cast<const X8*>(group);
-  const __m512i sixteen = _mm512_set1_epi8(16);
   for (std::size_t b = 0; b < cols / kQkK; ++b) {
     const X8& x = blocks[b];
-    __m512i qh[4] = {};
-    if constexpr (kFifthBit) {
-      for (int k = 0; k < 4; ++k) qh[k] = load64(x.qh[2 * k]);
-    }
+    __m512i qh[4];
+    k4_fifth_bits(x, qh);
     std::int8_t* out = s.q + n0 * s.ldq + b * kQkK;
     for (int j = 0; j < 4; ++j) {
       __m512i lo[4];
       __m512i hi[4];
-      k4_nibbles(x, j, lo, hi);
-      for (int k = 0; k < 4; ++k) {
-        if constexpr (kFifthBit) {
-          const __mmask64 lo_bit = _mm512_test_epi8_mask(qh[k], _mm512_set1_epi8(static_cast<char>(1 << (2 * j))));
-          const __mmask64 hi_bit = _mm512_test_epi8_mask(qh[k], _mm512_set1_epi8(static_cast<char>(1 << (2 * j + 1))));
-          lo[k] = _mm512_mask_add_epi8(lo[k], lo_bit, lo[k], sixteen);  // bit 4 was clear: + is |
-          hi[k] = _mm512_mask_add_epi8(hi[k], hi_bit, hi[k], sixteen);
-        }
-      }
+      k4_quants(x, qh, j, lo, hi);
       store_rows_x8(lo, out + 64 * j, s.ldq);
       store_rows_x8(hi, out + 64 * j + 32, s.ldq);
     }
@@ -471,27 +479,16 @@ template <class X8>
 void k4_group_bf16(const std::uint8_t* group, std::size_t cols, std::uint16_t* dst, std::size_t ld) {
   constexpr bool kFifthBit = std::is_same_v<X8, BlockQ5_Kx8>;
   const auto* blocks = reinterpret_cast<const X8*>(group);
-  const __m512i sixteen = _mm512_set1_epi8(16);
   for (std::size_t b = 0; b < cols / kQkK; ++b) {
     const X8& x = blocks[b];
     alignas(64) float scale[8][kInterleave];
     alignas(64) float offset[8][kInterleave];
     k4_group_scales(x, scale, offset);
-    [[maybe_unused]] __m512i qh[4] = {};
-    if constexpr (kFifthBit) {
-      for (int k = 0; k < 4; ++k) qh[k] = load64(x.qh[2 * k]);
-    }
+    __m512i qh[4];
+    k4_fifth_bits(x, qh);
     for (int j = 0; j < 4; ++j) {
       __m512i q[2][4];
-      k4_nibbles(x, j, q[0], q[1]);
-      if constexpr (kFifthBit) {
-        for (int h = 0; h < 2; ++h) {
-          for (int k = 0; k < 4; ++k) {
-            const __mmask64 bit = _mm512_test_epi8_mask(qh[k], _mm512_set1_epi8(static_cast<char>(1 << (2 * j + h))));
-            q[h][k] = _mm512_mask_add_epi8(q[h][k], bit, q[h][k], sixteen);
-          }
-        }
-      }
+      k4_quants(x, qh, j, q[0], q[1]);
       for (int h = 0; h < 2; ++h) {
         __m512i rows[4];
         transpose_x8(q[h], rows);

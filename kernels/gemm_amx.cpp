@@ -175,15 +175,21 @@ Int8Scratch int8_scratch(std::uint8_t* base, std::size_t cols) {
   return s;
 }
 
-// Rows [r0, r0 + count) of the weights into rows 0..count-1 of `s`, zeros from there to `fill`.
-// Interleaved weights are decoded a group of eight at a time; rows past the matrix's last full
-// group keep the GGUF layout (kernels/interleave.h), as do all rows of a GGUF-layout matrix.
+// Whether an interleaved group of eight starts at row r (a multiple of eight, as the row steps
+// keep it) with at least eight of the `left` rows to decode: past the matrix's last full group
+// the rows keep the GGUF layout (kernels/interleave.h), as do all rows of a GGUF-layout matrix.
+template <WeightLayout L>
+bool whole_group(const GemmCall& c, std::size_t r, std::size_t left) {
+  return L == WeightLayout::interleaved8 && left >= kInterleave && r + kInterleave <= c.rows / kInterleave * kInterleave;
+}
+
+// Rows [r0, r0 + count) of the weights into rows 0..count-1 of `s`, zeros from there to `fill`;
+// whole interleaved groups eight rows at a time, the others a GGUF row at a time.
 template <GgmlType W, WeightLayout L>
 void decode_rows(const GemmCall& c, std::size_t r0, std::size_t count, std::size_t fill, const DecodedRows& s) {
-  const std::size_t interleaved_end = L == WeightLayout::interleaved8 ? c.rows / kInterleave * kInterleave : 0;
   std::size_t n = 0;
   while (n < count) {
-    if (n + kInterleave <= count && r0 + n + kInterleave <= interleaved_end) {  // r0 + n: a multiple of eight
+    if (whole_group<L>(c, r0 + n, count - n)) {
       decode_x8_group(W, c.w + (r0 + n) * c.row_bytes, c.cols, s, n);
       n += kInterleave;
     } else {
@@ -438,13 +444,11 @@ void bf16_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8
       // Through a padded buffer even for BF16: rows a power of two apart would share L1 sets.
       for (std::size_t n = 0; n < kBf16Rows;) {
         const auto dst = [&](std::size_t row) { return reinterpret_cast<std::uint16_t*>(s.w + row * ldw); };
-        if constexpr (L == WeightLayout::interleaved8) {
-          // A group of eight at a time, the same bf16 as the GGUF rows' bit for bit.
-          if (n + kInterleave <= nrows && r0 + n + kInterleave <= c.rows / kInterleave * kInterleave) {
-            decode_x8_group_bf16(W, c.w + (r0 + n) * c.row_bytes, c.cols, dst(n), ldw / 2, int8_scratch<W>(s.int8, c.cols));
-            n += kInterleave;
-            continue;
-          }
+        // A group of eight at a time, the same bf16 as the GGUF rows' bit for bit.
+        if (n < nrows && whole_group<L>(c, r0 + n, nrows - n)) {
+          decode_x8_group_bf16(W, c.w + (r0 + n) * c.row_bytes, c.cols, dst(n), ldw / 2, int8_scratch<W>(s.int8, c.cols));
+          n += kInterleave;
+          continue;
         }
         if (n < nrows) {
           row_to_bf16<W>(c.w + (r0 + n) * c.row_bytes, c.cols, s, dst(n));
