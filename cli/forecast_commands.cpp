@@ -126,16 +126,17 @@ struct Machine {
   std::optional<Calibration> calibration;  // measured here
 };
 
-std::optional<Reference> reference_for_described(const std::string& profile_path) {
-  if (std::filesystem::exists(profile_path)) {
+// The calibrated machines a described one may learn from, this one's first (when calibrated).
+std::vector<Reference> references(const std::optional<Reference>& local, const std::string& profile_path) {
+  std::vector<Reference> out;
+  if (local) {
+    out.push_back(*local);
+  } else if (std::filesystem::exists(profile_path)) {
     const nlohmann::json p = read_json_file(profile_path, "");
-    if (auto c = calibration_in(p)) return Reference{hardware_from_profile(p, profile_path), *c, "this machine's profile"};
+    if (auto c = calibration_in(p)) out.push_back({hardware_from_profile(p, profile_path), *c, "this machine's profile"});
   }
-  const std::string_view shipped = reference_profile();
-  if (shipped.empty()) return std::nullopt;
-  const nlohmann::json p = nlohmann::json::parse(shipped);
-  return Reference{hardware_from_profile(p, "the reference profile"), calibration_from_json(p.at("calibration")),
-                   "the reference calibration shipped with infercast (model/catalog/reference.json)"};
+  for (auto& r : shipped_references()) out.push_back(std::move(r));
+  return out;
 }
 
 Machine resolve_hardware(const PredictArgs& a) {
@@ -174,10 +175,9 @@ ModelInput resolve_model(const std::string& name) {
   return {arch, std::move(f)};
 }
 
-std::unique_ptr<Performance> performance_for(const Machine& m, const std::optional<Reference>& ref, int devices) {
+std::unique_ptr<Performance> performance_for(const Machine& m, const std::vector<Reference>& refs, int devices) {
   if (m.calibration) return measured_performance(*m.calibration);
-  if (!ref) throw UsageError("no calibration to learn efficiencies from: run `infercast calibrate` or use a build with the reference profile");
-  return described_performance(m.hardware, *ref, devices);
+  return described_performance(m.hardware, reference_for(m.hardware, refs), devices);
 }
 
 CostInputs cost_inputs(const Hardware& h, const PredictArgs& a, int devices, bool primary) {
@@ -263,9 +263,11 @@ void predict(const PredictArgs& a) {
   const ModelInput input = resolve_model(a.model);
   if (input.file && !a.quants.empty()) throw UsageError("--quant does not apply to a GGUF file: its tensors carry their own types");
   const Machine machine = resolve_hardware(a);
-  // Described machines learn from a calibrated one: this one when it is the machine forecast.
-  const auto reference = machine.calibration ? std::optional<Reference>(Reference{machine.hardware, *machine.calibration, "this machine's profile"})
-                                             : reference_for_described(a.profile);
+  // Described machines learn from a calibrated one of their kind: this one first.
+  const std::vector<Reference> refs =
+      references(machine.calibration ? std::optional<Reference>(Reference{machine.hardware, *machine.calibration, "this machine's profile"})
+                                     : std::nullopt,
+                 a.profile);
   Workload load;
   load.users = a.users;
   load.prompt = a.prompt;
@@ -288,7 +290,7 @@ void predict(const PredictArgs& a) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [quant, inv] : variants) {
     const int devices = a.devices > 0 ? a.devices : fewest_devices_holding(input.arch, inv, machine.hardware, load);
-    const auto perf = performance_for(machine, reference, devices);
+    const auto perf = performance_for(machine, refs, devices);
     const Forecast f = forecast(input.arch, inv, quant, machine.hardware, *perf, load, devices);
     const double accuracy = output_error(inv);
     nlohmann::json j = to_json(f, accuracy);
@@ -298,9 +300,8 @@ void predict(const PredictArgs& a) {
     for (const auto& name : compare) {
       const auto gpu = find_catalog_hardware(name);
       if (!gpu) throw UsageError(fmt::format("--compare '{}' is not a catalog machine ({})", name, catalog_hardware_names()));
-      if (!reference) throw UsageError("no calibration to learn efficiencies from for the comparison");
       const int gd = fewest_devices_holding(input.arch, inv, *gpu, load);
-      const auto gperf = described_performance(*gpu, *reference, gd);
+      const auto gperf = described_performance(*gpu, reference_for(*gpu, refs), gd);
       const Forecast g = forecast(input.arch, inv, quant, *gpu, *gperf, load, gd);
       const CostComparison cc = compare_costs(f, own_cost, g, cost_inputs(*gpu, a, gd, false));
       const auto maybe = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };

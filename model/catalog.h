@@ -13,9 +13,8 @@ struct CatalogEntry {
 
 std::span<const CatalogEntry> model_catalog();
 std::span<const CatalogEntry> hardware_catalog();
-// A calibrated probe profile of a measured machine (model/catalog/reference.json): described
-// machines learn their kernel efficiencies from it when no local calibration exists. Empty when
-// the build has none.
-std::string_view reference_profile();
+// Calibrated probe profiles of measured machines (model/catalog/references/): described machines
+// learn their kernel efficiencies from the one whose kernels they would run.
+std::span<const CatalogEntry> reference_profiles();
 
 }  // namespace infercast

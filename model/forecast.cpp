@@ -6,8 +6,11 @@
 #include <cmath>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "kernels/formats.h"
 #include "kernels/measure.h"
+#include "model/catalog.h"
 #include "probes/error.h"
 #include "probes/stats.h"
 
@@ -86,6 +89,8 @@ double family_peak(const Hardware& h, ComputeFamily family) {
   return h.peak_fp32_gflops;
 }
 
+bool runs_on_tiles(ComputeFamily family) { return family == ComputeFamily::amx_int8 || family == ComputeFamily::amx_bf16; }
+
 class DescribedPerformance final : public Performance {
  public:
   DescribedPerformance(const Hardware& h, const Reference& ref, int devices) : h_(h), ref_(ref), devices_(devices) {
@@ -101,6 +106,7 @@ class DescribedPerformance final : public Performance {
                                   100 * g, h.gemm_bf16_gflops ? " (its measured GEMM)" : " (median of the catalog's measured GPUs)");
     } else {
       compute_note_ = fmt::format("kernel efficiencies of {}", ref.origin);
+      if (ref.hardware.amx && !h.amx) compute_note_ += ", whose AMX batches this machine runs at the best vector-kernel efficiency it showed";
     }
   }
 
@@ -192,14 +198,33 @@ class DescribedPerformance final : public Performance {
         break;
       }
     }
-    const double params_per_byte = static_cast<double>(format_info(type).block_elems) / static_cast<double>(format_info(type).block_bytes);
-    const double ref_ops = 2.0 * params_per_byte * point->batch / c.effective_seconds_per_byte(type, point->batch);
-    const ComputeFamily family = compute_family(type, point->kernel).value_or(ComputeFamily::fp32);
-    const double ref_peak = family_peak(ref_.hardware, family) * 1e9;
-    const double fraction = ref_peak > 0 ? std::min(1.0, ref_ops / ref_peak) : 0.05;
-    // The same family on the described machine (a CPU without AMX runs the tile kernels'
-    // batches on its vector units: its best INT8 peak is the vector one).
+    ComputeFamily family = family_of(type, *point);
+    double fraction = fraction_of_peak(type, *point);
+    if (runs_on_tiles(family) && !h_.amx) {
+      // The reference ran this batch on tiles this machine lacks; its vector units take it, as
+      // fast as the reference's vector kernels ran this format at their best.
+      double best = 0;
+      for (const auto& q : pts) {
+        if (runs_on_tiles(family_of(type, q)) || fraction_of_peak(type, q) <= best) continue;
+        best = fraction_of_peak(type, q);
+        family = family_of(type, q);
+      }
+      if (best > 0) fraction = best;
+    }
     return family_peak(h_, family) * 1e9 * fraction * devices_;
+  }
+
+  static ComputeFamily family_of(GgmlType type, const CurvePoint& p) {
+    return compute_family(type, p.kernel).value_or(ComputeFamily::fp32);
+  }
+
+  // The reference's operations per second at a curve point over its peak for that kernel family.
+  double fraction_of_peak(GgmlType type, const CurvePoint& p) const {
+    const Calibration& c = ref_.calibration;
+    const double params_per_byte = static_cast<double>(format_info(type).block_elems) / static_cast<double>(format_info(type).block_bytes);
+    const double ref_ops = 2.0 * params_per_byte * p.batch / c.effective_seconds_per_byte(type, p.batch);
+    const double ref_peak = family_peak(ref_.hardware, family_of(type, p)) * 1e9;
+    return ref_peak > 0 ? std::min(1.0, ref_ops / ref_peak) : 0.05;
   }
 
   Hardware h_;
@@ -231,6 +256,26 @@ PrefillTime prefill_seconds(const Architecture& a, const WeightInventory& w, con
 
 std::unique_ptr<Performance> measured_performance(const Calibration& calibration) {
   return std::make_unique<MeasuredPerformance>(calibration);
+}
+
+std::vector<Reference> shipped_references() {
+  std::vector<Reference> out;
+  for (const auto& e : reference_profiles()) {
+    const std::string origin = fmt::format("model/catalog/references/{}.json", e.name);
+    const nlohmann::json p = nlohmann::json::parse(e.json);
+    if (!p.contains("calibration")) throw UsageError(fmt::format("{} has no calibration", origin));
+    out.push_back({hardware_from_profile(p, origin), calibration_from_json(p.at("calibration")),
+                   fmt::format("the reference calibration shipped with infercast ({})", origin)});
+  }
+  return out;
+}
+
+const Reference& reference_for(const Hardware& described, const std::vector<Reference>& candidates) {
+  if (candidates.empty()) throw UsageError("no calibration to learn efficiencies from: run `infercast calibrate` first");
+  for (const Reference& r : candidates) {
+    if (r.hardware.amx == described.amx) return r;
+  }
+  return candidates.front();
 }
 
 std::unique_ptr<Performance> described_performance(const Hardware& h, const Reference& reference, int devices) {

@@ -54,9 +54,18 @@ std::unique_ptr<Performance> measured_performance(const Calibration& calibration
 struct Reference {
   Hardware hardware;
   Calibration calibration;
-  std::string origin;  // "this machine's profile" or "the reference calibration shipped with infercast"
+  std::string origin;  // "this machine's profile" or which shipped reference
 };
 std::unique_ptr<Performance> described_performance(const Hardware& h, const Reference& reference, int devices);
+
+// The calibrated machines shipped with infercast (model/catalog/references/).
+std::vector<Reference> shipped_references();
+// Of the calibrated machines a described one may learn from, in order of preference, the first
+// whose batches ran on the kind of unit the described machine has: tiles for one with AMX,
+// vector registers for one without. An efficiency measured as a fraction of an AMX peak says
+// nothing about vector units, which have a fifteenth of it on the shipped Xeon. The first
+// candidate when none matches; UsageError when there are none.
+const Reference& reference_for(const Hardware& described, const std::vector<Reference>& candidates);
 
 struct MemoryFit {
   double weights = 0;

@@ -5,6 +5,6 @@ namespace infercast {
 
 std::span<const CatalogEntry> model_catalog() { return {}; }
 std::span<const CatalogEntry> hardware_catalog() { return {}; }
-std::string_view reference_profile() { return {}; }
+std::span<const CatalogEntry> reference_profiles() { return {}; }
 
 }  // namespace infercast
