@@ -18,6 +18,8 @@ namespace infercast {
 namespace {
 
 constexpr double kPrefillChunk = 512;
+// Queries a prompt's attention takes per pass over the keys and values before them.
+constexpr double kQueryTile = 128;
 
 
 class MeasuredPerformance final : public Performance {
@@ -247,12 +249,17 @@ PrefillTime prefill_seconds(const Architecture& a, const WeightInventory& w, con
     const double n = std::min(kPrefillChunk, tokens - begin);
     t.matrix += p.matrix_seconds(a, w, n, begin + n >= tokens ? 1.0 : 0.0);
   }
-  const double kv = static_cast<double>(kv_per_token) * tokens * (tokens + 1) / 2;
-  t.other = p.other_seconds(a, prefill_work(a, tokens), kv, tokens);
+  t.other = p.other_seconds(a, prefill_work(a, tokens), prefill_kv_bytes(tokens, kv_per_token), tokens);
   return t;
 }
 
 }  // namespace
+
+double prefill_kv_bytes(double tokens, std::uint64_t kv_per_token) {
+  double token_reads = 0;
+  for (double end = kQueryTile; end - kQueryTile < tokens; end += kQueryTile) token_reads += std::min(end, tokens);
+  return static_cast<double>(kv_per_token) * (tokens + token_reads);
+}
 
 std::unique_ptr<Performance> measured_performance(const Calibration& calibration) {
   return std::make_unique<MeasuredPerformance>(calibration);

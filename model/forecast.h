@@ -58,6 +58,14 @@ struct Reference {
 };
 std::unique_ptr<Performance> described_performance(const Hardware& h, const Reference& reference, int devices);
 
+// The KV cache bytes a prompt of `tokens` moves to and from memory: each token's keys and values
+// written once and read once per tile of 128 queries at or after it. Flash attention on a GPU
+// reads them per tile of queries (128 for a head of 128 on FlashAttention-2), and a CPU's prefill
+// tasks keep a tile's cache hot; reading them once per query, as this forecast first did,
+// charged a 512-token prompt of Llama-2 7B 69 GB of traffic instead of 1 and held an RTX 4090's
+// forecast prefill to 3900 tokens/s where llama.cpp measured 7700-11000 (docs/PERFORMANCE.md).
+double prefill_kv_bytes(double tokens, std::uint64_t kv_per_token);
+
 // The calibrated machines shipped with infercast (model/catalog/references/).
 std::vector<Reference> shipped_references();
 // Of the calibrated machines a described one may learn from, in order of preference, the first

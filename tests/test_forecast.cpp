@@ -454,6 +454,12 @@ TEST(Forecast, DescribedGpuDecodeIsItsStreamingBandwidthAndSplitsAcrossDevices) 
   EXPECT_DOUBLE_EQ(p->stream_gbs(), 3000);  // the catalog's measured figure
   const ForecastRow r = forecast_row(a, w, *p, load, 1, h100.memory_bytes);
   EXPECT_LT(rel(1 / r.decode_tps_per_user, w.step_weight_bytes(a, 1) / 3000e9), 0.05);
+  // A 512-token prompt is compute-bound. A read of the cache per query once made its attention
+  // traffic half its time here (and held an RTX 4090's forecast to a third of llama.cpp's prefill).
+  load.prompt = 512;
+  const ForecastRow prompt = forecast_row(a, w, *p, load, 1, h100.memory_bytes);
+  EXPECT_LT(prompt.prefill_other_seconds, 0.1 * prompt.prefill_matrix_seconds);
+  load.prompt = 128;
   EXPECT_NE(p->basis().find("not measured"), std::string::npos);
   // 70B in F16 (141 GB) does not fit one 80 GB card; two hold it and decode faster.
   const auto big = *find_catalog_model("llama-3.1-70b");
@@ -592,6 +598,16 @@ TEST(Catalog, EveryCpuForecastServesMoreUsersAtLeastAsFast) {
       EXPECT_GT(f.rows[0].prefill_tps, f.rows[0].decode_tps) << h.name << " " << quant;
     }
   }
+}
+
+// A prompt's keys and values go to memory once and come back once per tile of 128 queries.
+TEST(Forecast, APromptReadsItsCacheOncePerTileOfQueries) {
+  EXPECT_DOUBLE_EQ(prefill_kv_bytes(1, 100), 100 * (1 + 1));
+  EXPECT_DOUBLE_EQ(prefill_kv_bytes(128, 100), 100 * (128 + 128));
+  EXPECT_DOUBLE_EQ(prefill_kv_bytes(200, 100), 100 * (200 + 128 + 200));
+  EXPECT_DOUBLE_EQ(prefill_kv_bytes(512, 100), 100 * (512 + 128 + 256 + 384 + 512));
+  // Quadratic in the prompt, but with a 128th of the slope of a read per query.
+  EXPECT_LT(prefill_kv_bytes(8192, 1), 8192.0 * 8193 / 2 / 100);
 }
 
 TEST(Validate, RefusesToJudgeWhatWasFittedOn) {
