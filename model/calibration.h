@@ -48,6 +48,7 @@ struct StepWork {
   double attention_ops = 0;         // prefill
   double decode_attention_ops = 0;  // decode (not fitted: described machines)
   double decode_kv_bytes = 0;       // KV cache bytes a decode step reads
+  bool decode = false;              // a decode step (else a prompt's prefill)
 };
 
 struct EngineOverheads {

@@ -95,7 +95,10 @@ bool runs_on_tiles(ComputeFamily family) { return family == ComputeFamily::amx_i
 
 class DescribedPerformance final : public Performance {
  public:
-  DescribedPerformance(const Hardware& h, const Reference& ref, int devices) : h_(h), ref_(ref), devices_(devices) {
+  // Without `launch_latency` a GPU step is its bytes and operations alone: what the latency is
+  // learned against.
+  DescribedPerformance(const Hardware& h, const Reference& ref, int devices, bool launch_latency = true)
+      : h_(h), ref_(ref), devices_(devices) {
     const double fraction = h.stream_gbs ? *h.stream_gbs / h.bandwidth_gbs : learned_stream_fraction(h.kind);
     stream_ = h.bandwidth_gbs * fraction * devices;
     stream_note_ = h.stream_gbs ? fmt::format("{:.0f} GB/s measured streaming", *h.stream_gbs)
@@ -104,8 +107,13 @@ class DescribedPerformance final : public Performance {
     if (h.kind == DeviceKind::gpu) {
       const double g = h.gemm_bf16_gflops ? *h.gemm_bf16_gflops / h.peak_bf16_gflops : learned_gemm_fraction();
       gpu_compute_ = h.peak_bf16_gflops * 1e9 * g * devices;
-      compute_note_ = fmt::format("{:.0f}% of BF16 peak{}; kernel launch and synchronization latency not modelled, so small batches are an upper bound",
-                                  100 * g, h.gemm_bf16_gflops ? " (its measured GEMM)" : " (median of the catalog's measured GPUs)");
+      compute_note_ = fmt::format("{:.0f}% of BF16 peak{}", 100 * g, h.gemm_bf16_gflops ? " (its measured GEMM)" : " (median of the catalog's measured GPUs)");
+      if (launch_latency) {
+        const GpuLaunchLatency& l = gpu_launch_latency();
+        layer_latency_ = l.per_layer + (devices > 1 ? l.per_layer_parallel : 0);
+        compute_note_ += fmt::format("; {:.0f} us per layer and step for launches and synchronization{}, learned from {} published runs",
+                                     1e6 * layer_latency_, devices > 1 ? " across devices" : "", l.samples.size());
+      }
     } else {
       compute_note_ = fmt::format("kernel efficiencies of {}", ref.origin);
       if (ref.hardware.amx && !h.amx) compute_note_ += ", whose AMX batches this machine runs at the best vector-kernel efficiency it showed";
@@ -136,6 +144,8 @@ class DescribedPerformance final : public Performance {
     double s = kv_bytes / (stream_ * 1e9);
     if (h_.kind == DeviceKind::gpu) {
       s += (work.attention_ops + work.decode_attention_ops) / gpu_compute_;
+      // A decode step's kernels are too short to hide their launches; a prompt's are not.
+      if (work.decode) s += a.layers * layer_latency_;
       if (devices_ > 1 && h_.interconnect_gbs > 0) {
         // Tensor parallel: two all-reduces of the activations per layer (ring: 2(N-1)/N of the data).
         const double bytes = 2.0 * a.layers * batch * a.dim * 2.0 * 2.0 * (devices_ - 1) / devices_;
@@ -151,6 +161,7 @@ class DescribedPerformance final : public Performance {
   }
 
   double stream_gbs() const override { return stream_; }
+  double launch_seconds(const Architecture& a) const override { return a.layers * layer_latency_; }
   double relative_band(double matrix, double other, double memory) const override {
     // Learned efficiencies carry the spread of the machines they were learned from.
     return std::max(0.25, ref_.calibration.relative_band(matrix, other, memory));
@@ -234,6 +245,7 @@ class DescribedPerformance final : public Performance {
   int devices_;
   double stream_ = 0;
   double gpu_compute_ = 0;
+  double layer_latency_ = 0;  // a GPU's seconds per layer and step beyond bytes and operations
   std::string stream_note_;
   std::string compute_note_;
 };
@@ -253,7 +265,43 @@ PrefillTime prefill_seconds(const Architecture& a, const WeightInventory& w, con
   return t;
 }
 
+GpuLaunchLatency learn_gpu_launch_latency() {
+  static const Reference kNone{};  // a GPU's forecast takes nothing from a CPU reference
+  GpuLaunchLatency l;
+  std::vector<double> single, parallel;
+  for (const Hardware& h : catalog_hardware()) {
+    if (h.kind != DeviceKind::gpu) continue;
+    for (const PublishedRun& r : h.published_runs) {
+      const auto a = find_catalog_model(r.model);
+      if (!a) throw UsageError(fmt::format("catalog hardware {}: a published run of '{}', which is not a catalog model", h.name, r.model));
+      const WeightInventory w = weight_inventory(*a, parse_quantization(r.quant));
+      const DescribedPerformance bare(h, kNone, r.devices, false);
+      const double measured = r.batch * r.gen / r.output_tps;
+      const double excess = (measured - published_run_seconds(*a, w, bare, r)) / (r.gen * a->layers);
+      l.samples.push_back({h.name, r, excess});
+      (r.devices == 1 ? single : parallel).push_back(excess);
+    }
+  }
+  l.per_layer = single.empty() ? 0 : std::max(0.0, median_of(single));
+  l.per_layer_parallel = parallel.empty() ? 0 : std::max(0.0, median_of(parallel) - l.per_layer);
+  return l;
+}
+
 }  // namespace
+
+const GpuLaunchLatency& gpu_launch_latency() {
+  static const GpuLaunchLatency kLearned = learn_gpu_launch_latency();
+  return kLearned;
+}
+
+double published_run_seconds(const Architecture& a, const WeightInventory& w, const Performance& p, const PublishedRun& run) {
+  const auto kv = kv_bytes_per_token(a, 2);
+  const double b = run.batch;
+  const PrefillTime prompts = prefill_seconds(a, w, p, b * run.prompt, kv);
+  const double context = run.prompt + run.gen / 2.0;
+  const double step = p.matrix_seconds(a, w, b, b) + p.other_seconds(a, decode_work(a, b, context, 2), b * context * static_cast<double>(kv), b);
+  return prompts.matrix + prompts.other + run.gen * step;
+}
 
 double prefill_kv_bytes(double tokens, std::uint64_t kv_per_token) {
   double token_reads = 0;
@@ -339,7 +387,8 @@ ForecastRow forecast_row(const Architecture& a, const WeightInventory& w, const 
   r.step_bytes = step_bytes;
   r.bandwidth_share = r.step_bytes / (p.stream_gbs() * 1e9) / step;
   r.memory = memory_fit(a, w, load, users, memory_available);
-  r.bottleneck = !r.memory.fits() ? "capacity" : r.bandwidth_share >= 0.5 ? "bandwidth" : "compute";
+  const bool launches = p.launch_seconds(a) >= 0.5 * step;
+  r.bottleneck = !r.memory.fits() ? "capacity" : r.bandwidth_share >= 0.5 ? "bandwidth" : launches ? "latency" : "compute";
   return r;
 }
 

@@ -43,6 +43,9 @@ class Performance {
   [[nodiscard]] virtual double relative_band(double matrix_seconds, double other_seconds, double memory_seconds) const = 0;
   // Where the efficiencies come from, in words.
   [[nodiscard]] virtual std::string basis() const = 0;
+  // The part of a decode step that is neither bytes nor operations: a GPU's kernel launches and
+  // synchronization (included in other_seconds).
+  [[nodiscard]] virtual double launch_seconds(const Architecture&) const { return 0; }
 };
 
 // This machine, from its calibration.
@@ -57,6 +60,26 @@ struct Reference {
   std::string origin;  // "this machine's profile" or which shipped reference
 };
 std::unique_ptr<Performance> described_performance(const Hardware& h, const Reference& reference, int devices);
+
+// A GPU step's fixed cost per layer beyond its bytes and operations: kernel launches,
+// synchronization, kernels too small to reach the roofline. Learned from the catalog GPUs'
+// published runs (model/catalog/hardware/*.json, `published_runs`): each run's time over the
+// forecast without it, per layer and decode step. One device: the median of the single-device
+// runs; tensor parallel adds the median excess of the multi-device runs over that.
+struct LaunchLatencySample {
+  std::string gpu;
+  PublishedRun run;
+  double seconds_per_layer_step = 0;
+};
+struct GpuLaunchLatency {
+  double per_layer = 0;           // seconds per layer and step, one device
+  double per_layer_parallel = 0;  // added across devices
+  std::vector<LaunchLatencySample> samples;
+};
+const GpuLaunchLatency& gpu_launch_latency();
+// The seconds a published run takes by a forecast: the batch's prompts prefilled together, then
+// `gen` decode steps at the mean context.
+double published_run_seconds(const Architecture& a, const WeightInventory& w, const Performance& p, const PublishedRun& run);
 
 // The KV cache bytes a prompt of `tokens` moves to and from memory: each token's keys and values
 // written once and read once per tile of 128 queries at or after it. Flash attention on a GPU
@@ -102,7 +125,7 @@ struct ForecastRow {
   double ttft_seconds = 0;
   double step_bytes = 0;
   double bandwidth_share = 0;     // time the bytes need at streaming bandwidth / step time
-  std::string bottleneck;         // "bandwidth", "compute" or "capacity"
+  std::string bottleneck;         // "bandwidth", "latency", "compute" or "capacity"
   MemoryFit memory;
 };
 

@@ -38,6 +38,34 @@ std::vector<std::string> strings(const nlohmann::json& j, const char* key) {
   return out;
 }
 
+std::vector<PublishedRun> published_runs(const nlohmann::json& j, const std::string& origin) {
+  std::vector<PublishedRun> out;
+  if (!j.contains("published_runs")) return out;
+  if (!j.at("published_runs").is_array()) throw UsageError(fmt::format("{}: 'published_runs' must be an array", origin));
+  for (const auto& r : j.at("published_runs")) {
+    const std::string where = fmt::format("{}: published_runs[{}]", origin, out.size());
+    if (!r.is_object()) throw UsageError(fmt::format("{} must be an object", where));
+    const auto count = [&](const char* key) {
+      const double v = positive(r, key, where);
+      // The bound first: converting a larger double to int is undefined.
+      if (v > 1e6 || v != static_cast<int>(v)) throw UsageError(fmt::format("{}: '{}' must be a whole number up to a million", where, key));
+      return static_cast<int>(v);
+    };
+    PublishedRun p;
+    p.model = r.at("model").get<std::string>();
+    p.quant = r.at("quant").get<std::string>();
+    p.devices = count("devices");
+    p.batch = count("batch");
+    p.prompt = count("prompt");
+    p.gen = count("gen");
+    p.output_tps = positive(r, "output_tps", where);
+    p.engine = r.value("engine", "");
+    p.source = r.value("source", "");
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string_view to_string(DeviceKind kind) { return kind == DeviceKind::gpu ? "gpu" : "cpu"; }
@@ -85,6 +113,7 @@ Hardware parse_hardware(const nlohmann::json& j, const std::string& origin) {
   }
   h.sources = strings(j, "sources");
   h.unverified = strings(j, "unverified");
+  h.published_runs = published_runs(j, origin);
   return h;
 }
 

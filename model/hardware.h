@@ -14,6 +14,22 @@ namespace infercast {
 
 enum class DeviceKind { cpu, gpu };
 
+// A published measurement of a model served on a described machine: `batch` sequences of
+// `prompt` tokens each generating `gen` tokens on `devices` devices (tensor parallel), at
+// `output_tps` generated tokens per second in all. What the forecast learns a GPU's per-step
+// latency from (model/forecast.h).
+struct PublishedRun {
+  std::string model;  // a catalog model
+  std::string quant;  // a format or recipe
+  int devices = 1;
+  int batch = 1;
+  int prompt = 1;
+  int gen = 1;
+  double output_tps = 0;
+  std::string engine;
+  std::string source;
+};
+
 struct Hardware {
   std::string name;
   std::string display;
@@ -38,6 +54,7 @@ struct Hardware {
   std::string price_source;
   std::vector<std::string> sources;
   std::vector<std::string> unverified;  // fields the sources do not settle
+  std::vector<PublishedRun> published_runs;
 };
 
 // Throws UsageError naming the field and the origin.

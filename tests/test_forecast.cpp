@@ -16,6 +16,7 @@
 #include "model/forecast.h"
 #include "model/validate.h"
 #include "probes/error.h"
+#include "probes/stats.h"
 #include "tests/temp_path.h"
 
 namespace infercast {
@@ -177,6 +178,21 @@ TEST(Hardware, CatalogParsesAndBadDescriptionsAreUsageErrors) {
   j["name"] = nlohmann::json::array();  // wrong type
   EXPECT_THROW(hardware_from_json(j, "mine"), UsageError);
   EXPECT_THROW(hardware_from_profile(nlohmann::json::parse(R"({"summary": {"dram_read_gbs": "fast"}})"), "p.json"), UsageError);
+  // Published runs: an array of whole, positive counts and a positive rate.
+  j["name"] = "mine";
+  const auto run = nlohmann::json::parse(R"({"model": "llama-2-7b", "quant": "F16", "devices": 1, "batch": 1, "prompt": 1, "gen": 128, "output_tps": 100})");
+  j["published_runs"] = nlohmann::json::array({run});
+  ASSERT_NO_THROW(hardware_from_json(j, "mine"));
+  EXPECT_EQ(hardware_from_json(j, "mine").published_runs.at(0).gen, 128);
+  for (const auto& [key, bad] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"output_tps", 0}, {"devices", 1.5}, {"batch", -1}, {"gen", "many"}, {"model", 7}, {"prompt", 1e300}}) {
+    auto broken = run;
+    broken[key] = bad;
+    j["published_runs"] = nlohmann::json::array({broken});
+    EXPECT_THROW(hardware_from_json(j, "mine"), UsageError) << key;
+  }
+  j["published_runs"] = run;  // not an array
+  EXPECT_THROW(hardware_from_json(j, "mine"), UsageError);
 }
 
 TEST(Cost, ReproducesThePublishedBenefitRatios) {
@@ -453,7 +469,8 @@ TEST(Forecast, DescribedGpuDecodeIsItsStreamingBandwidthAndSplitsAcrossDevices) 
   const auto p = described_performance(h100, ref, 1);
   EXPECT_DOUBLE_EQ(p->stream_gbs(), 3000);  // the catalog's measured figure
   const ForecastRow r = forecast_row(a, w, *p, load, 1, h100.memory_bytes);
-  EXPECT_LT(rel(1 / r.decode_tps_per_user, w.step_weight_bytes(a, 1) / 3000e9), 0.05);
+  // A step streams the weights and pays each layer's launches and synchronization.
+  EXPECT_LT(rel(1 / r.decode_tps_per_user, w.step_weight_bytes(a, 1) / 3000e9 + a.layers * gpu_launch_latency().per_layer), 0.05);
   // A 512-token prompt is compute-bound. A read of the cache per query once made its attention
   // traffic half its time here (and held an RTX 4090's forecast to a third of llama.cpp's prefill).
   load.prompt = 512;
@@ -598,6 +615,53 @@ TEST(Catalog, EveryCpuForecastServesMoreUsersAtLeastAsFast) {
       EXPECT_GT(f.rows[0].prefill_tps, f.rows[0].decode_tps) << h.name << " " << quant;
     }
   }
+}
+
+// A GPU decode step pays a fixed time per layer (launches, synchronization, kernels too short
+// to reach the roofline), learned from the catalog's published runs of other engines. Each run,
+// forecast with the latency learned from the others alone, must come within 25% of what was
+// published: the runs agree with each other, not only with their own fit.
+TEST(Forecast, AGpuDecodeStepPaysALaunchLatencyLearnedFromPublishedRuns) {
+  const GpuLaunchLatency& l = gpu_launch_latency();
+  ASSERT_GE(l.samples.size(), 6U);
+  EXPECT_GT(l.per_layer, 10e-6);
+  EXPECT_LT(l.per_layer, 300e-6);
+  EXPECT_GE(l.per_layer_parallel, 0);
+  const auto median_without = [&](std::size_t skip, bool parallel) {
+    std::vector<double> v;
+    for (std::size_t j = 0; j < l.samples.size(); ++j) {
+      if (j != skip && (l.samples[j].run.devices > 1) == parallel) v.push_back(l.samples[j].seconds_per_layer_step);
+    }
+    return v.empty() ? 0.0 : median_of(v);
+  };
+  for (std::size_t i = 0; i < l.samples.size(); ++i) {
+    const LaunchLatencySample& s = l.samples[i];
+    const auto a = *find_catalog_model(s.run.model);
+    const double single = median_without(i, false);
+    const double latency = s.run.devices == 1 ? single : median_without(i, true);
+    const double measured = s.run.batch * s.run.gen / s.run.output_tps;
+    // The sample is the run's excess per layer and step over the forecast without latency.
+    const double forecast = measured - (s.seconds_per_layer_step - latency) * s.run.gen * a.layers;
+    EXPECT_LT(rel(measured / forecast, 1.0), 0.25) << s.gpu << " " << s.run.model << " " << s.run.quant << " x" << s.run.devices;
+  }
+  // The forecast of a published run with the learned latency is what the samples say it is.
+  const Reference none{};
+  const auto& first = l.samples.front();
+  const auto h = *find_catalog_hardware(first.gpu);
+  const auto a = *find_catalog_model(first.run.model);
+  const WeightInventory w = weight_inventory(a, parse_quantization(first.run.quant));
+  const double measured = first.run.batch * first.run.gen / first.run.output_tps;
+  const double expected = measured - (first.seconds_per_layer_step - l.per_layer) * first.run.gen * a.layers;
+  EXPECT_LT(rel(published_run_seconds(a, w, *described_performance(h, none, 1), first.run), expected), 1e-9);
+  // One user of a 70B model across four H200s waits on launches, not on memory.
+  const auto h200 = *find_catalog_hardware("h200-sxm");
+  const auto big = *find_catalog_model("llama-3.1-70b");
+  Workload load;
+  load.prompt = 128;
+  load.gen = 128;
+  const auto four = described_performance(h200, none, 4);
+  EXPECT_EQ(forecast_row(big, weight_inventory(big, parse_quantization("Q4_K_M")), *four, load, 1, 4 * h200.memory_bytes).bottleneck, "latency");
+  EXPECT_NE(four->basis().find("published runs"), std::string::npos);
 }
 
 // A prompt's keys and values go to memory once and come back once per tile of 128 queries.
