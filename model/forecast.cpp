@@ -369,6 +369,7 @@ ForecastRow forecast_row(const Architecture& a, const WeightInventory& w, const 
   r.band = band;
   r.decode_matrix_seconds = matrix;
   r.decode_other_seconds = other;
+  r.decode_launch_seconds = p.launch_seconds(a);
   r.decode_tps_per_user = 1.0 / step;
   r.decode_tps = b / step;
   r.decode_low = r.decode_tps_per_user * (1 - band);
@@ -387,7 +388,7 @@ ForecastRow forecast_row(const Architecture& a, const WeightInventory& w, const 
   r.step_bytes = step_bytes;
   r.bandwidth_share = r.step_bytes / (p.stream_gbs() * 1e9) / step;
   r.memory = memory_fit(a, w, load, users, memory_available);
-  const bool launches = p.launch_seconds(a) >= 0.5 * step;
+  const bool launches = r.decode_launch_seconds >= 0.5 * step;
   r.bottleneck = !r.memory.fits() ? "capacity" : r.bandwidth_share >= 0.5 ? "bandwidth" : launches ? "latency" : "compute";
   return r;
 }

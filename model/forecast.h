@@ -115,6 +115,7 @@ struct ForecastRow {
   double band = 0;                // relative uncertainty of the decode figures
   double decode_matrix_seconds = 0;  // of one decode step, in the weight products
   double decode_other_seconds = 0;   // the rest: attention, per-token work, fixed costs
+  double decode_launch_seconds = 0;  // of which a GPU's kernel launches and synchronization
   double decode_low = 0;          // per user, the band
   double decode_high = 0;
   double prefill_tps = 0;         // one prompt on an idle machine

@@ -302,6 +302,13 @@ TEST(CliForecast, ADescribedMachineNeedsNoProbe) {
     ASSERT_EQ(f["comparisons"].size(), 1U);
     EXPECT_TRUE(f["comparisons"][0]["rows"][0]["benefit_ratio"].is_number());
   }
+  // A CPU step has no launch latency; a GPU's has, learned from published runs.
+  EXPECT_EQ(j[0]["rows"][0]["decode_step_launch_seconds"].get<double>(), 0.0);
+  const Result gpu = run("predict --model llama-3.1-8b --users 1 --hardware h100-sxm --profile " + none + " --json");
+  ASSERT_EQ(gpu.status, 0) << gpu.err;
+  const auto g = nlohmann::json::parse(gpu.out)[0]["rows"][0];
+  EXPECT_GT(g["decode_step_launch_seconds"].get<double>(), 0);
+  EXPECT_LT(g["decode_step_launch_seconds"].get<double>(), g["decode_step_other_seconds"].get<double>() + 1e-12);
   // Q8_0 weighs more than Q4_K_M and so decodes slower on a bandwidth-bound CPU.
   EXPECT_GT(j[1]["weight_bytes"].get<double>(), j[0]["weight_bytes"].get<double>());
   EXPECT_GT(j[0]["rows"][0]["decode_tps"].get<double>(), j[1]["rows"][0]["decode_tps"].get<double>());

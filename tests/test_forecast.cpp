@@ -660,7 +660,9 @@ TEST(Forecast, AGpuDecodeStepPaysALaunchLatencyLearnedFromPublishedRuns) {
   load.prompt = 128;
   load.gen = 128;
   const auto four = described_performance(h200, none, 4);
-  EXPECT_EQ(forecast_row(big, weight_inventory(big, parse_quantization("Q4_K_M")), *four, load, 1, 4 * h200.memory_bytes).bottleneck, "latency");
+  const ForecastRow one = forecast_row(big, weight_inventory(big, parse_quantization("Q4_K_M")), *four, load, 1, 4 * h200.memory_bytes);
+  EXPECT_EQ(one.bottleneck, "latency");
+  EXPECT_DOUBLE_EQ(one.decode_launch_seconds, big.layers * (l.per_layer + l.per_layer_parallel));
   EXPECT_NE(four->basis().find("published runs"), std::string::npos);
 }
 
