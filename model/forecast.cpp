@@ -218,9 +218,11 @@ class DescribedPerformance final : public Performance {
       // fast as the reference's vector kernels ran this format at their best.
       double best = 0;
       for (const auto& q : pts) {
-        if (runs_on_tiles(family_of(type, q)) || fraction_of_peak(type, q) <= best) continue;
-        best = fraction_of_peak(type, q);
-        family = family_of(type, q);
+        if (runs_on_tiles(family_of(type, q))) continue;
+        if (const double f = fraction_of_peak(type, q); f > best) {
+          best = f;
+          family = family_of(type, q);
+        }
       }
       if (best > 0) fraction = best;
     }
