@@ -267,6 +267,22 @@ PrefillTime prefill_seconds(const Architecture& a, const WeightInventory& w, con
   return t;
 }
 
+// One decode step of `batch` sequences at `context` positions each: its products and the rest.
+struct DecodeStep {
+  double matrix = 0;
+  double other = 0;
+  double kv_bytes = 0;
+};
+
+DecodeStep decode_step(const Architecture& a, const WeightInventory& w, const Performance& p, double batch, double context,
+                       std::uint64_t kv_element_bytes) {
+  DecodeStep d;
+  d.kv_bytes = batch * context * static_cast<double>(kv_bytes_per_token(a, kv_element_bytes));
+  d.matrix = p.matrix_seconds(a, w, batch, batch);
+  d.other = p.other_seconds(a, decode_work(a, batch, context, static_cast<double>(kv_element_bytes)), d.kv_bytes, batch);
+  return d;
+}
+
 GpuLaunchLatency learn_gpu_launch_latency() {
   static const Reference kNone{};  // a GPU's forecast takes nothing from a CPU reference
   GpuLaunchLatency l;
@@ -297,12 +313,10 @@ const GpuLaunchLatency& gpu_launch_latency() {
 }
 
 double published_run_seconds(const Architecture& a, const WeightInventory& w, const Performance& p, const PublishedRun& run) {
-  const auto kv = kv_bytes_per_token(a, 2);
   const double b = run.batch;
-  const PrefillTime prompts = prefill_seconds(a, w, p, b * run.prompt, kv);
-  const double context = run.prompt + run.gen / 2.0;
-  const double step = p.matrix_seconds(a, w, b, b) + p.other_seconds(a, decode_work(a, b, context, 2), b * context * static_cast<double>(kv), b);
-  return prompts.matrix + prompts.other + run.gen * step;
+  const PrefillTime prompts = prefill_seconds(a, w, p, b * run.prompt, kv_bytes_per_token(a, 2));
+  const DecodeStep step = decode_step(a, w, p, b, run.prompt + run.gen / 2.0, 2);
+  return prompts.matrix + prompts.other + run.gen * (step.matrix + step.other);
 }
 
 double prefill_kv_bytes(double tokens, std::uint64_t kv_per_token) {
@@ -360,11 +374,8 @@ ForecastRow forecast_row(const Architecture& a, const WeightInventory& w, const 
   ForecastRow r;
   r.users = users;
   const double b = users;
-  const double context = load.prompt + load.gen / 2.0;
   const auto kv_per_token = kv_bytes_per_token(a, load.kv_element_bytes);
-  const double kv_bytes = b * context * static_cast<double>(kv_per_token);
-  const double matrix = p.matrix_seconds(a, w, b, b);
-  const double other = p.other_seconds(a, decode_work(a, b, context, static_cast<double>(load.kv_element_bytes)), kv_bytes, b);
+  const auto [matrix, other, kv_bytes] = decode_step(a, w, p, b, load.prompt + load.gen / 2.0, load.kv_element_bytes);
   const double step = matrix + other;
   const double step_bytes = w.step_weight_bytes(a, b) + kv_bytes;
   const double band = p.relative_band(matrix, other, step_bytes / (p.stream_gbs() * 1e9));
