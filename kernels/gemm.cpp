@@ -142,24 +142,32 @@ std::string_view GemmContext::kernel_name(GgmlType type, std::size_t batch, std:
 
 void GemmContext::gemm(const WeightView& w, const float* x, std::size_t ldx, std::size_t batch, float* y,
                        std::size_t ldy) {
-  const Product p{&w, x, ldx, y, ldy};
-  run_products(std::span<const Product>(&p, 1), batch);
+  const Product p{&w, x, ldx, y, ldy, batch};
+  run_products(std::span<const Product>(&p, 1));
 }
 
 void GemmContext::gemm_shared(std::span<const WeightView> ws, const float* x, std::size_t batch,
                               std::span<float* const> ys) {
   if (ws.size() != ys.size()) throw UsageError("gemm_shared needs one output per matrix");
-  share_input(ws, x, ys);
-  run_products(shared_, batch);
+  share_input(ws, x, batch, ys);
+  run_products(shared_);
 }
 
-std::pair<std::size_t, std::size_t> GemmContext::plan_products(std::span<const Product> products, std::size_t batch) {
+void GemmContext::gemm_jobs(std::span<const Job> jobs) {
+  shared_.clear();
+  for (const Job& j : jobs) shared_.push_back({&j.w, j.x, j.w.cols, j.y, j.w.rows, j.batch});
+  run_products(shared_);
+}
+
+std::pair<std::size_t, std::size_t> GemmContext::plan_products(std::span<const Product> products) {
   Plan& plan = *plan_;
   plan.products.clear();
   plan.packers.clear();
   std::size_t packed_total = 0;
   std::size_t scratch = 0;
   for (const Product& p : products) {
+    const std::size_t batch = p.batch;
+    if (batch == 0) continue;
     const WeightView& w = *p.w;
     validate_weights(w);
     const GemmKernel& k = select(w.type, w.layout, batch, w.cols);
@@ -168,7 +176,9 @@ std::pair<std::size_t, std::size_t> GemmContext::plan_products(std::span<const P
     if (k.packed_bytes != nullptr && k.packed_bytes(batch, w.cols) > 0) {
       for (std::size_t first : plan.packers) {
         const Plan::Product& f = plan.products[first];
-        if (f.kernel->pack == k.pack && f.call.x == p.x && f.call.ldx == p.ldx && f.call.cols == w.cols) planned.packed_at = f.packed_at;
+        if (f.kernel->pack == k.pack && f.call.x == p.x && f.call.ldx == p.ldx && f.call.cols == w.cols && f.call.batch == batch) {
+          planned.packed_at = f.packed_at;
+        }
       }
       if (planned.packed_at == Plan::kNoPacking) {
         planned.packed_at = packed_total;
@@ -182,18 +192,18 @@ std::pair<std::size_t, std::size_t> GemmContext::plan_products(std::span<const P
   return {packed_total, scratch};
 }
 
-void GemmContext::share_input(std::span<const WeightView> ws, const float* x, std::span<float* const> ys) {
+void GemmContext::share_input(std::span<const WeightView> ws, const float* x, std::size_t batch, std::span<float* const> ys) {
   shared_.clear();
   for (std::size_t i = 0; i < ws.size(); ++i) {
     if (ws[i].cols != ws.front().cols) throw UsageError("gemm_shared needs matrices of one row length");
-    shared_.push_back({&ws[i], x, ws[i].cols, ys.empty() ? nullptr : ys[i], ws[i].rows});
+    shared_.push_back({&ws[i], x, ws[i].cols, ys.empty() ? nullptr : ys[i], ws[i].rows, batch});
   }
 }
 
 void GemmContext::prepare(std::span<const WeightView> ws, std::size_t batch) {
   if (batch == 0 || ws.empty()) return;
-  share_input(ws, nullptr, {});  // never read or written here
-  const auto [packed_total, scratch] = plan_products(shared_, batch);
+  share_input(ws, nullptr, batch, {});  // never read or written here
+  const auto [packed_total, scratch] = plan_products(shared_);
   if (packed_total > packed_.capacity()) std::memset(packed_.reserve(packed_total), 0, packed_total);
   // Each thread touches its own scratch: on a NUMA machine its pages land on its node.
   pool_.run([&, scratch = scratch](unsigned member) {
@@ -202,10 +212,10 @@ void GemmContext::prepare(std::span<const WeightView> ws, std::size_t batch) {
   });
 }
 
-void GemmContext::run_products(std::span<const Product> products, std::size_t batch) {
-  if (batch == 0 || products.empty()) return;
+void GemmContext::run_products(std::span<const Product> products) {
   Plan& plan = *plan_;
-  const auto [packed_total, scratch] = plan_products(products, batch);
+  const auto [packed_total, scratch] = plan_products(products);
+  if (plan.products.empty()) return;
   std::uint8_t* packed = packed_total > 0 ? packed_.reserve(packed_total) : nullptr;
   for (Plan::Product& p : plan.products) {
     if (p.packed_at != Plan::kNoPacking) p.call.packed = packed + p.packed_at;
@@ -225,7 +235,7 @@ void GemmContext::run_products(std::span<const Product> products, std::size_t ba
     if (!plan.packers.empty()) {
       for (std::size_t first : plan.packers) {
         const Plan::Product& p = plan.products[first];
-        const RowRange a = split_rows(batch, p.kernel->pack_step, member, members);
+        const RowRange a = split_rows(p.call.batch, p.kernel->pack_step, member, members);
         if (a.begin < a.end) p.kernel->pack(p.call, a.begin, a.end);
       }
       pool_.barrier();

@@ -91,6 +91,20 @@ class GemmContext {
   // of ws[i].rows outputs.
   void gemm_shared(std::span<const WeightView> ws, const float* x, std::size_t batch, std::span<float* const> ys);
 
+  // One product of a call whose matrices take different inputs and batch sizes: y gets batch
+  // rows of w.rows outputs from batch rows of x (w.cols floats each).
+  struct Job {
+    WeightView w;
+    const float* x = nullptr;
+    std::size_t batch = 0;
+    float* y = nullptr;
+  };
+  // Every job in one start of the threads: a MoE layer's touched experts, each over its own
+  // tokens, which one call apiece would pay a team start for (a few microseconds, as long as
+  // streaming a small expert's matrix on a many-core machine). Jobs of one input, row length
+  // and batch (an expert's gate and up) quantize it once; a job of batch 0 is skipped.
+  void gemm_jobs(std::span<const Job> jobs);
+
   // Sizes and touches, now, the activation and scratch buffers that a gemm_shared() of `ws` over
   // `batch` rows will need, so that the first call does not take their page faults (on the
   // development host they cost a fresh engine's first prompt tens of milliseconds;
@@ -110,15 +124,16 @@ class GemmContext {
     std::size_t ldx;
     float* y;
     std::size_t ldy;
+    std::size_t batch;
   };
   struct Plan;  // the products of one call as the threads run them (gemm.cpp)
   const GemmKernel& select(GgmlType type, WeightLayout layout, std::size_t batch, std::size_t cols) const;
-  void run_products(std::span<const Product> products, std::size_t batch);
-  // shared_ <- one product per matrix of `ws`, all of input x (outputs ys, or none).
-  void share_input(std::span<const WeightView> ws, const float* x, std::span<float* const> ys);
-  // Fills plan_ for `products` (kernels, packing shared between them) and returns the packed
-  // activation bytes and the per-thread scratch bytes they need.
-  std::pair<std::size_t, std::size_t> plan_products(std::span<const Product> products, std::size_t batch);
+  void run_products(std::span<const Product> products);
+  // shared_ <- one product per matrix of `ws`, all of input x over `batch` rows (outputs ys, or none).
+  void share_input(std::span<const WeightView> ws, const float* x, std::size_t batch, std::span<float* const> ys);
+  // Fills plan_ for `products` (kernels, packing shared between them; products of batch 0
+  // left out) and returns the packed activation bytes and the per-thread scratch bytes they need.
+  std::pair<std::size_t, std::size_t> plan_products(std::span<const Product> products);
 
   ThreadPool pool_;
   IsaLevel level_;

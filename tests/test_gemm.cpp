@@ -267,6 +267,19 @@ TEST(GemmSchedule, GuidedRowsEqualTheFixedSplitBitForBit) {
   }
 }
 
+// One small Gaussian matrix per format, quantized (matrix i drawn from seed + i).
+std::vector<std::vector<std::uint8_t>> quantized_matrices(const std::vector<GgmlType>& types, const std::vector<std::size_t>& rows,
+                                                          std::size_t cols, std::uint64_t seed) {
+  std::vector<std::vector<std::uint8_t>> data;
+  for (std::size_t i = 0; i < types.size(); ++i) {
+    const auto& f = format_info(types[i]);
+    const std::vector<float> w = testing::gaussian(rows[i] * cols, seed + i, 0.02F);
+    data.emplace_back(f.row_bytes(cols) * rows[i]);
+    for (std::size_t r = 0; r < rows[i]; ++r) f.quantize(w.data() + r * cols, data[i].data() + r * f.row_bytes(cols), cols);
+  }
+  return data;
+}
+
 // Matrices sharing one input give, each, exactly what a call of their own gives: the packed
 // activations are shared only between kernels that pack alike (Q4_K and Q6_K both take Q8_K),
 // and formats without packing (F16) read the floats.
@@ -274,13 +287,7 @@ TEST(GemmShared, EachMatrixGetsWhatItsOwnCallGives) {
   const std::size_t cols = 512;
   const std::vector<GgmlType> types{GgmlType::q4_k, GgmlType::q6_k, GgmlType::f16, GgmlType::q8_0};
   const std::vector<std::size_t> rows{40, 24, 19, 33};
-  std::vector<std::vector<std::uint8_t>> data;
-  for (std::size_t i = 0; i < types.size(); ++i) {
-    const auto& f = format_info(types[i]);
-    const std::vector<float> w = testing::gaussian(rows[i] * cols, 40 + i, 0.02F);
-    data.emplace_back(f.row_bytes(cols) * rows[i]);
-    for (std::size_t r = 0; r < rows[i]; ++r) f.quantize(w.data() + r * cols, data[i].data() + r * f.row_bytes(cols), cols);
-  }
+  const std::vector<std::vector<std::uint8_t>> data = quantized_matrices(types, rows, cols, 40);
   for (IsaLevel level : supported_levels()) {
     for (std::size_t batch : {1U, 5U}) {
       GemmContext ctx(2, level);
@@ -326,6 +333,40 @@ TEST(GemmShared, EachMatrixGetsWhatItsOwnCallGives) {
   EXPECT_THROW(ctx.prepare(mixed, 1), UsageError);  // checked as the call itself would be
   ys.pop_back();
   EXPECT_THROW(ctx.gemm_shared(mixed, x.data(), 1, ys), UsageError);
+}
+
+// Jobs of different matrices, inputs and batches in one call (a MoE layer's experts) give,
+// each, exactly what a call of their own gives: two jobs of one input and batch share its
+// packing, two of one input at different batches must not, and a job of batch 0 is skipped.
+TEST(GemmJobs, EachJobGetsWhatItsOwnCallGives) {
+  const std::size_t cols = 256;
+  const std::vector<GgmlType> types{GgmlType::q4_k, GgmlType::q4_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q8_0, GgmlType::f16};
+  const std::vector<std::size_t> rows{24, 24, 17, 40, 40, 9};
+  // Jobs 0 and 1 share input 0 and batch 3 (gate and up); 3 and 4 read input 1 at batches 1 and 2.
+  const std::vector<std::size_t> input{0, 0, 2, 1, 1, 3};
+  const std::vector<std::size_t> batch{3, 3, 5, 1, 2, 0};
+  const std::vector<std::vector<std::uint8_t>> data = quantized_matrices(types, rows, cols, 70);
+  std::vector<std::vector<float>> inputs;
+  for (std::size_t k = 0; k < 4; ++k) inputs.push_back(testing::gaussian(5 * cols, 90 + k));
+  for (IsaLevel level : supported_levels()) {
+    GemmContext ctx(2, level);
+    std::vector<std::vector<std::uint8_t>> copies = data;
+    std::vector<GemmContext::Job> jobs;
+    std::vector<std::vector<float>> together(types.size()), alone(types.size());
+    for (std::size_t i = 0; i < types.size(); ++i) {
+      const WeightView v = make_weight_view(types[i], copies[i].data(), rows[i], cols);
+      const WeightView w = relayout(v, copies[i].data(), ctx.preferred_layout(types[i]));
+      together[i].assign(std::max<std::size_t>(batch[i], 1) * rows[i], NAN);
+      alone[i] = together[i];
+      jobs.push_back({w, inputs[input[i]].data(), batch[i], together[i].data()});
+      ctx.gemm(w, inputs[input[i]].data(), batch[i], alone[i].data());
+    }
+    ctx.gemm_jobs(jobs);
+    for (std::size_t i = 0; i + 1 < types.size(); ++i) {
+      EXPECT_EQ(together[i], alone[i]) << "job " << i << " " << format_info(types[i]).name << " level " << to_string(level);
+    }
+    EXPECT_TRUE(std::isnan(together.back().front())) << "a job of batch 0 writes nothing";
+  }
 }
 
 TEST(ThreadPool, SplitRowsCoversEveryRowOnceInSteps) {
