@@ -60,13 +60,15 @@ void Engine::prepare(std::size_t n) {
   if (n == 0) return;
   const auto dim = static_cast<std::size_t>(cfg_.dim);
   const auto ffn = static_cast<std::size_t>(cfg_.ffn);
-  for (auto* v : {&x_, &xn_, &expert_in_, &expert_out_}) fit(*v, n * dim);
+  for (auto* v : {&x_, &xn_}) fit(*v, n * dim);
   for (auto* v : {&q_, &att_}) fit(*v, n * static_cast<std::size_t>(cfg_.q_dim()));
   for (auto* v : {&k_, &v_}) fit(*v, n * static_cast<std::size_t>(cfg_.kv_dim()));
   for (auto* v : {&rope_cos_, &rope_sin_}) fit(*v, n * static_cast<std::size_t>(cfg_.head_dim / 2));
   if (cfg_.is_moe()) {
-    fit(expert_gate_, n * ffn);
-    fit(expert_up_, n * ffn);
+    const std::size_t routed = n * static_cast<std::size_t>(cfg_.active_experts);
+    for (auto* v : {&expert_in_, &expert_out_}) fit(*v, routed * dim);
+    fit(expert_gate_, routed * ffn);
+    fit(expert_up_, routed * ffn);
     fit(router_, n * static_cast<std::size_t>(cfg_.experts));
   } else {
     fit(gate_, n * ffn);
@@ -81,7 +83,12 @@ void Engine::prepare(std::size_t n) {
     prepare_call({w.wo});
     if (cfg_.is_moe()) {
       prepare_call({w.router});
-      for (const WeightView* e : {&w.gate_exps, &w.up_exps, &w.down_exps}) prepare_call({expert_slice(*e, cfg_.experts, 0)});
+      // A call's experts share the packed buffer: sized here for all of the step's routed rows.
+      const std::size_t routed = n * static_cast<std::size_t>(cfg_.active_experts);
+      for (const WeightView* e : {&w.gate_exps, &w.down_exps}) {
+        const WeightView first = expert_slice(*e, cfg_.experts, 0);
+        ctx_.prepare(std::span(&first, 1), routed);
+      }
     } else {
       prepare_call({w.gate, w.up});
       prepare_call({w.down});
@@ -141,9 +148,9 @@ double parallel_operations(int dense_layers, int moe_layers, double tokens, doub
   // residual with the second RMSNorm as per-token work.
   const double shared = 3.0 + (batched ? 3.0 : 0.0);
   // Dense FFN: gate/up, down, and SwiGLU and the residual as per-token work. MoE: the router,
-  // then gate, up and down of each touched expert.
+  // then gate and up of every touched expert in one call, and their down in another.
   const double dense = shared + 2.0 + (batched ? 2.0 : 0.0);
-  const double moe = shared + 1.0 + 3.0 * experts_touched;
+  const double moe = shared + 1.0 + (experts_touched > 0 ? 2.0 : 0.0);
   return dense_layers * dense + moe_layers * moe + (logits ? 1.0 : 0.0);
 }
 
@@ -154,8 +161,7 @@ std::string_view to_string(ProductRole role) {
     case ProductRole::ffn_gate_up: return "ffn_gate_up";
     case ProductRole::ffn_down: return "ffn_down";
     case ProductRole::router: return "router";
-    case ProductRole::expert_gate: return "expert_gate";
-    case ProductRole::expert_up: return "expert_up";
+    case ProductRole::expert_gate_up: return "expert_gate_up";
     case ProductRole::expert_down: return "expert_down";
     case ProductRole::output: return "output";
   }
@@ -202,6 +208,30 @@ void Engine::gemm_shared(ProductRole role, std::initializer_list<WeightView> ws,
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   step_gemm_seconds_ += seconds;
   const ProductTime p = product_time(role, std::span(ws.begin(), ws.size()), seconds);
+  step_weight_bytes_ += p.bytes;
+  accumulate(step_products_, p);
+}
+
+void Engine::gemm_jobs(ProductRole role, std::span<const GemmContext::Job> jobs) {
+  if (jobs.empty()) return;
+  ++step_parallel_operations_;
+  const auto start = std::chrono::steady_clock::now();
+  ctx_.gemm_jobs(jobs);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  step_gemm_seconds_ += seconds;
+  // Named by the distinct formats among the matrices ("Q4_K", or "Q4_K+Q6_K"), not one name
+  // per expert.
+  ProductTime p{role, {}, 1, 0, 0, seconds};
+  std::vector<GgmlType>& named = job_formats_;
+  named.clear();
+  for (const auto& j : jobs) {
+    p.bytes += bytes_of(j.w);
+    p.rows += static_cast<std::uint64_t>(j.w.rows);
+    if (std::find(named.begin(), named.end(), j.w.type) != named.end()) continue;
+    named.push_back(j.w.type);
+    if (!p.formats.empty()) p.formats += '+';
+    p.formats += format_info(j.w.type).name;
+  }
   step_weight_bytes_ += p.bytes;
   accumulate(step_products_, p);
 }
@@ -433,6 +463,9 @@ void Engine::mixture(const LayerWeights& w, std::size_t n) {
   const auto experts = static_cast<std::size_t>(cfg_.experts);
   const auto k = static_cast<std::size_t>(cfg_.active_experts);
   fit(router_, n * experts);
+  for (auto* v : {&expert_in_, &expert_out_}) fit(*v, n * k * dim);
+  fit(expert_gate_, n * k * ffn);
+  fit(expert_up_, n * k * ffn);
   gemm(ProductRole::router, w.router, xn_.data(), n, router_.data());
 
   // Per token: the k highest router logits, weighted by a softmax over those k (Mixtral).
@@ -452,25 +485,44 @@ void Engine::mixture(const LayerWeights& w, std::size_t n) {
     for (std::size_t i = 0; i < k; ++i) routed_[order[i]].emplace_back(t, expert_weights_[i]);
   }
 
+  // Every touched expert's rows gathered one expert after another: gate and up of all of them
+  // in one call, down in a second. A call per expert and matrix (3 x touched per layer) paid a
+  // start of the threads each, which on a many-core machine takes as long as streaming a
+  // small expert's matrix.
+  expert_jobs_.clear();
+  expert_ids_.clear();
+  std::size_t rows = 0;
   for (std::size_t e = 0; e < experts; ++e) {
     const auto& list = routed_[e];
     if (list.empty()) continue;  // an expert no token chose is never read
     ++step_experts_touched_;
     const std::size_t m = list.size();
-    fit(expert_in_, m * dim);
-    fit(expert_gate_, m * ffn);
-    fit(expert_up_, m * ffn);
-    fit(expert_out_, m * dim);
-    for (std::size_t i = 0; i < m; ++i) std::memcpy(&expert_in_[i * dim], &xn_[list[i].first * dim], dim * sizeof(float));
+    for (std::size_t i = 0; i < m; ++i) std::memcpy(&expert_in_[(rows + i) * dim], &xn_[list[i].first * dim], dim * sizeof(float));
     const int ei = static_cast<int>(e);
-    gemm(ProductRole::expert_gate, expert_slice(w.gate_exps, cfg_.experts, ei), expert_in_.data(), m, expert_gate_.data());
-    gemm(ProductRole::expert_up, expert_slice(w.up_exps, cfg_.experts, ei), expert_in_.data(), m, expert_up_.data());
-    vec_.swiglu(expert_gate_.data(), expert_up_.data(), m * ffn);
-    gemm(ProductRole::expert_down, expert_slice(w.down_exps, cfg_.experts, ei), expert_gate_.data(), m, expert_out_.data());
-    for (std::size_t i = 0; i < m; ++i) {
-      float* x = &x_[list[i].first * dim];
-      const float weight = list[i].second;
-      for (std::size_t j = 0; j < dim; ++j) x[j] += weight * expert_out_[i * dim + j];
+    expert_ids_.push_back(ei);
+    const float* in = &expert_in_[rows * dim];
+    expert_jobs_.push_back({expert_slice(w.gate_exps, cfg_.experts, ei), in, m, &expert_gate_[rows * ffn]});
+    expert_jobs_.push_back({expert_slice(w.up_exps, cfg_.experts, ei), in, m, &expert_up_[rows * ffn]});
+    rows += m;
+  }
+  gemm_jobs(ProductRole::expert_gate_up, expert_jobs_);
+  vec_.swiglu(expert_gate_.data(), expert_up_.data(), rows * ffn);
+  // Down of each expert, in the same order: its input is its gate job's output.
+  down_jobs_.clear();
+  for (std::size_t j = 0; j < expert_jobs_.size(); j += 2) {
+    const GemmContext::Job& gate = expert_jobs_[j];
+    const std::size_t first = static_cast<std::size_t>(gate.y - expert_gate_.data()) / ffn;
+    down_jobs_.push_back({expert_slice(w.down_exps, cfg_.experts, expert_ids_[j / 2]), gate.y, gate.batch, &expert_out_[first * dim]});
+  }
+  gemm_jobs(ProductRole::expert_down, down_jobs_);
+  // Each token's experts added in expert order, as one call per expert did.
+  rows = 0;
+  for (std::size_t e = 0; e < experts; ++e) {
+    for (const auto& [token, weight] : routed_[e]) {
+      float* x = &x_[token * dim];
+      const float* out = &expert_out_[rows * dim];
+      for (std::size_t j = 0; j < dim; ++j) x[j] += weight * out[j];
+      ++rows;
     }
   }
 }

@@ -56,7 +56,7 @@ double parallel_operations(int dense_layers, int moe_layers, double tokens, doub
 // The kinds of weight product in a step. A step's products summed by kind (over its layers)
 // tell where its matrix time goes, and let each be set beside the kernel sweep's figure for the
 // same format and size.
-enum class ProductRole { attention_qkv, attention_output, ffn_gate_up, ffn_down, router, expert_gate, expert_up, expert_down, output };
+enum class ProductRole { attention_qkv, attention_output, ffn_gate_up, ffn_down, router, expert_gate_up, expert_down, output };
 std::string_view to_string(ProductRole role);
 
 struct ProductTime {
@@ -121,6 +121,8 @@ class Engine {
   // Matrices sharing one input: one activation packing and one start of the threads.
   void gemm_shared(ProductRole role, std::initializer_list<WeightView> ws, const float* x, std::size_t batch,
                    std::initializer_list<float*> ys);
+  // Matrices of different inputs and batches (a MoE layer's experts) in one start of the threads.
+  void gemm_jobs(ProductRole role, std::span<const GemmContext::Job> jobs);
   // One KV head's keys (or values) for the kKvBlockTokens tokens of a block, contiguous, so
   // attention over one head streams whole cache lines: values token by token, keys element by
   // element (the column layout of VecOps::dot_keys).
@@ -164,8 +166,12 @@ class Engine {
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, router_;
   std::vector<float> rope_cos_, rope_sin_;
   std::vector<std::vector<float>> scores_;  // per thread
+  // A MoE layer's routed rows, expert after expert (k rows per token).
   std::vector<float> expert_in_, expert_gate_, expert_up_, expert_out_;
   std::vector<std::vector<std::pair<std::size_t, float>>> routed_;  // per expert: (token, weight)
+  std::vector<GemmContext::Job> expert_jobs_, down_jobs_;  // gate and up of each touched expert; down
+  std::vector<int> expert_ids_;                            // the touched experts, in job order
+  std::vector<GgmlType> job_formats_;  // the formats a call of jobs has met so far
   std::vector<std::size_t> expert_order_;
   std::vector<float> expert_weights_;
 };

@@ -261,8 +261,9 @@ WeightInventory weight_inventory(const Architecture& a, const Quantization& quan
 }
 
 bool shares_product_call(const MatrixInfo& m) {
-  if (m.role != MatrixRole::attention && m.role != MatrixRole::ffn) return false;
   const std::string_view name = m.name;
+  if (m.role == MatrixRole::expert) return name.ends_with(".ffn_up_exps.weight");
+  if (m.role != MatrixRole::attention && m.role != MatrixRole::ffn) return false;
   return name.ends_with(".attn_k.weight") || name.ends_with(".attn_v.weight") || name.ends_with(".ffn_up.weight");
 }
 

@@ -105,7 +105,8 @@ struct WeightInventory {
 };
 
 // Whether the engine multiplies this matrix in the product call of the one before it, which
-// shares its input (K and V with Q, up with gate), paying no call of its own.
+// shares its input (K and V with Q, up with gate, the experts' up with their gate), paying no
+// call of its own.
 bool shares_product_call(const MatrixInfo& m);
 
 // Expected distinct experts that `batch` tokens route to when each picks `active` of `experts`

@@ -362,7 +362,9 @@ MemoryFit memory_fit(const Architecture& a, const WeightInventory& w, const Work
   // stream and its norm, attention input and output, Q/K/V, the FFN's two inner vectors, logits.
   const double tokens = std::max(std::min<double>(load.prompt, kPrefillChunk), static_cast<double>(users));
   const double ffn = a.is_moe() ? std::max<double>(a.ffn, static_cast<double>(a.moe.expert_ffn) * a.moe.active) : a.ffn;
-  const double per_token = 4.0 * (4.0 * a.dim + a.heads * a.head_dim + 2.0 * a.kv_heads * a.head_dim + 2 * ffn);
+  // A MoE layer also gathers each token's rows for its experts and their outputs (k of each).
+  const double routed = a.is_moe() ? 2.0 * a.moe.active * a.dim : 0.0;
+  const double per_token = 4.0 * (4.0 * a.dim + a.heads * a.head_dim + 2.0 * a.kv_heads * a.head_dim + 2 * ffn + routed);
   m.activations = tokens * per_token + 4.0 * users * a.vocab;
   m.needed = m.weights + m.kv_cache + m.activations;
   m.available = available;

@@ -396,6 +396,33 @@ TEST(Forecast, StepWorkCountsTeamStartsAndCacheBytes) {
                    parallel_operations(a.layers, 0, 512, 0, false) + parallel_operations(a.layers, 0, 88, 0, true));
 }
 
+// The engine multiplies every touched expert's gate and up in one call and their down in a
+// second: a MoE layer pays two starts of the threads whatever the number of experts, and each
+// touched expert only the packing of its rows (what the per-call time grows by with the batch).
+TEST(Forecast, AMoeLayerStartsTheThreadsTwiceForAllItsExperts) {
+  Calibration with_calls = synthetic_calibration(20, 0.0);
+  const double start = 5e-6;
+  const double packing_per_row = 1e-6;
+  for (auto& point : with_calls.curves[GgmlType::q8_0]) point.seconds_per_call = start + packing_per_row * (point.batch - 1);
+  const Calibration without_calls = synthetic_calibration(20, 0.0);
+  const auto a = *find_catalog_model("mixtral-8x7b");
+  const WeightInventory w = weight_inventory(a, parse_quantization("Q8_0"));
+  const auto call_seconds = [&](double batch) {
+    return matrix_seconds(with_calls, a, w, batch, batch) - matrix_seconds(without_calls, a, w, batch, batch);
+  };
+  // One token: per layer Q (K and V in its call), the output projection and the two expert
+  // calls (the router is F32, whose curve here has no call time); then the output head. A call
+  // per expert and matrix would be 3 x 2 per layer.
+  EXPECT_NEAR(call_seconds(1), start * (4.0 * a.layers + 1), 1e-12);
+  // Four tokens: the dense calls pack 4 rows each; the experts' two calls start once and pack
+  // each touched expert's share of the 4 x 2 routed rows.
+  const double touched = expected_experts_touched(a.moe.experts, a.moe.active, 4);
+  const double per_expert = 4.0 * a.moe.active / touched;
+  const double dense = (start + 3 * packing_per_row) * (2.0 * a.layers + 1);
+  const double experts = 2.0 * a.layers * (start + touched * packing_per_row * (per_expert - 1));
+  EXPECT_NEAR(call_seconds(4), dense + experts, 1e-12);
+}
+
 TEST(Forecast, DecodeIsBytesOverMeasuredBandwidthPlusOverheads) {
   const Calibration c = synthetic_calibration(20, 0.0);
   const auto p = measured_performance(c);
