@@ -260,7 +260,7 @@ void add_run_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--prompt", a->prompt, "Prompt text (needs the model's SentencePiece vocabulary)");
   cmd->add_option("--kv-type", a->kv_type, "KV cache precision: f16 or f32")->capture_default_str();
   cmd->add_option("--isa", a->isa, "Force an ISA level: scalar, avx2, avx512, amx");
-  cmd->add_option("--seed", a->seed, "Seed of the synthetic prompt")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the synthetic prompts (each sequence draws its own)")->capture_default_str();
   cmd->add_flag("--mlock", a->mlock, "Lock the weights in memory");
   cmd->add_flag("--check-read", a->check_read,
                 "Measure the DRAM read just before and after the run; report decode as a fraction of it");

@@ -21,6 +21,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Sequence c's synthetic prompt: BOS, then tokens drawn past the control tokens.
+std::vector<int> synthetic_prompt(const ModelConfig& cfg, const RunOptions& o, int c, const Tokenizer* tokenizer) {
+  SeededRng rng(o.seed + static_cast<std::uint64_t>(c) * 0x9E3779B97F4A7C15ULL);
+  std::vector<int> prompt{tokenizer != nullptr ? tokenizer->bos() : 1 % cfg.vocab};
+  const auto drawn = static_cast<std::uint64_t>(std::max(1, cfg.vocab - 3));
+  while (static_cast<int>(prompt.size()) < o.prompt_tokens) prompt.push_back(3 + static_cast<int>(rng.next() % drawn));
+  return prompt;
+}
+
 }  // namespace
 
 int argmax(const float* logits, int vocab) {
@@ -35,7 +44,7 @@ std::uint64_t peak_rss_bytes() {
 
 // Prefill and decode on an engine that lives only inside this call, so that the DRAM reads
 // measured around it share the cores with no spinning team.
-void run_engine(const Model& model, const RunOptions& o, const std::vector<int>& prompt, std::size_t length, RunReport& r) {
+void run_engine(const Model& model, const RunOptions& o, const std::vector<std::vector<int>>& prompts, std::size_t length, RunReport& r) {
   const ModelConfig& cfg = model.config();
   EngineOptions eo;
   eo.threads = o.threads;
@@ -45,17 +54,18 @@ void run_engine(const Model& model, const RunOptions& o, const std::vector<int>&
   // Every buffer sized and touched before the clocks start: a run measures the steady state a
   // server reaches, not its first page faults (the first run in a process took a 0.85B model's
   // prompt 90 ms beyond its products, the next ones 36; docs/PERFORMANCE.md, seventeenth session).
-  eo.step_sizes = {std::min(prompt.size(), static_cast<std::size_t>(o.max_batch)), static_cast<std::size_t>(o.concurrency)};
+  const std::size_t prompt_length = prompts.front().size();
+  eo.step_sizes = {std::min(prompt_length, static_cast<std::size_t>(o.max_batch)), static_cast<std::size_t>(o.concurrency)};
   Engine engine(model, eo);
 
   r.numa = engine.numa();
-  r.prompt_tokens = static_cast<int>(prompt.size());
+  r.prompt_tokens = static_cast<int>(prompt_length);
   r.gen_tokens = o.gen_tokens;
   r.concurrency = o.concurrency;
   r.threads = engine.context().threads();
   r.isa = std::string(to_string(engine.context().level()));
   r.decode_kernel = std::string(engine.kernel_name(model.layers().front().wq, static_cast<std::size_t>(o.concurrency)));
-  r.prefill_kernel = std::string(engine.kernel_name(model.layers().front().wq, std::min(prompt.size(), static_cast<std::size_t>(o.max_batch))));
+  r.prefill_kernel = std::string(engine.kernel_name(model.layers().front().wq, std::min(prompt_length, static_cast<std::size_t>(o.max_batch))));
   r.weight_bytes = model.weight_bytes();
   r.kv_cache_bytes = engine.kv_cache_bytes();
 
@@ -68,6 +78,7 @@ void run_engine(const Model& model, const RunOptions& o, const std::vector<int>&
     const auto seq_start = std::chrono::steady_clock::now();
     const int s = engine.add_sequence();
     seqs.push_back(s);
+    const std::vector<int>& prompt = prompts[static_cast<std::size_t>(c) % prompts.size()];
     for (std::size_t begin = 0; begin < prompt.size(); begin += static_cast<std::size_t>(o.max_batch)) {
       const std::size_t end = std::min(prompt.size(), begin + static_cast<std::size_t>(o.max_batch));
       std::vector<StepToken> batch;
@@ -80,7 +91,7 @@ void run_engine(const Model& model, const RunOptions& o, const std::vector<int>&
     if (c == 0) r.ttft_ms = 1e3 * seconds_since(seq_start);
   }
   r.prefill_seconds = seconds_since(prefill_start);
-  const double prompt_total = static_cast<double>(prompt.size()) * o.concurrency;
+  const double prompt_total = static_cast<double>(prompt_length) * o.concurrency;
   r.prefill_tps = prompt_total / r.prefill_seconds;
   r.prefill_gops = 2.0 * static_cast<double>(model.parameters()) * prompt_total / r.prefill_seconds / 1e9;
 
@@ -121,19 +132,18 @@ RunReport run_model(const Model& model, const RunOptions& o, const Tokenizer* to
     throw UsageError(fmt::format("--threads must be between 1 and {} (the physical cores)", host_topology().cores));
   }
 
-  std::vector<int> prompt;
+  std::vector<std::vector<int>> prompts;  // one per sequence, or one text for all
   if (o.prompt) {
     if (tokenizer == nullptr) throw UsageError("--prompt needs a model with a llama (SentencePiece) vocabulary");
-    prompt = tokenizer->encode(*o.prompt, true);
+    prompts.push_back(tokenizer->encode(*o.prompt, true));
   } else {
     if (o.prompt_tokens < 1) throw UsageError("--prompt-tokens must be at least 1");
-    SeededRng rng(o.seed);
-    prompt.push_back(tokenizer != nullptr ? tokenizer->bos() : 1 % cfg.vocab);
-    while (static_cast<int>(prompt.size()) < o.prompt_tokens) prompt.push_back(3 + static_cast<int>(rng.next() % static_cast<std::uint64_t>(std::max(1, cfg.vocab - 3))));
+    for (int c = 0; c < o.concurrency; ++c) prompts.push_back(synthetic_prompt(cfg, o, c, tokenizer));
   }
-  const auto length = static_cast<std::size_t>(prompt.size()) + static_cast<std::size_t>(o.gen_tokens);
+  const std::size_t prompt_length = prompts.front().size();
+  const auto length = prompt_length + static_cast<std::size_t>(o.gen_tokens);
   if (length > static_cast<std::size_t>(cfg.context)) {
-    throw UsageError(fmt::format("{} prompt + {} generated tokens exceed the model's context of {}", prompt.size(), o.gen_tokens, cfg.context));
+    throw UsageError(fmt::format("{} prompt + {} generated tokens exceed the model's context of {}", prompt_length, o.gen_tokens, cfg.context));
   }
 
   // The KV pool is allocated up front: refuse one that cannot fit rather than fail half-way.
@@ -147,7 +157,7 @@ RunReport run_model(const Model& model, const RunOptions& o, const Tokenizer* to
   RunReport r;
   const IsaLevel level = o.isa ? std::min(*o.isa, active_level()) : active_level();
   if (o.check_read) r.dram_read_before_gbs = measure_dram_read_gbs(o.threads, level);
-  run_engine(model, o, prompt, length, r);
+  run_engine(model, o, prompts, length, r);
   if (o.check_read) {
     r.dram_read_after_gbs = measure_dram_read_gbs(o.threads, level);
     r.decode_read_fraction = r.decode_weight_gbs / (0.5 * (r.dram_read_before_gbs + r.dram_read_after_gbs));

@@ -18,8 +18,12 @@ struct RunOptions {
   int prompt_tokens = 128;   // ignored when prompt text is given
   int gen_tokens = 32;
   int concurrency = 1;
-  std::optional<std::string> prompt;  // text, encoded with the model's tokenizer
-  std::uint64_t seed = 1;             // for the synthetic prompt tokens
+  std::optional<std::string> prompt;  // text, encoded with the model's tokenizer, for every sequence
+  // The synthetic prompts: sequence c draws its own from seed + c x a large odd constant
+  // (sequence 0 from the seed itself), as distinct users send distinct prompts. Copies of one
+  // prompt would decode the same tokens and, in a MoE model, route every sequence to the same
+  // experts: a batch of C would read the weights of one user.
+  std::uint64_t seed = 1;
   GgmlType kv_type = GgmlType::f16;
   std::optional<IsaLevel> isa;
   int max_batch = 512;                // prompt tokens per prefill step

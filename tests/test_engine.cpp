@@ -284,7 +284,13 @@ TEST(Engine, SameFileAndThreadsGiveTheSameTokens) {
   EXPECT_EQ(a.tokens, b.tokens);
   ASSERT_EQ(a.tokens.size(), 2U);
   EXPECT_EQ(a.tokens[0].size(), 10U);
-  EXPECT_EQ(a.tokens[0], a.tokens[1]);  // same prompt, same model: same continuation
+  // Each sequence its own synthetic prompt, as distinct users send: each continues as a run of
+  // its prompt alone does (sequence 1's prompt is drawn from the seed plus the documented step).
+  EXPECT_NE(a.tokens[0], a.tokens[1]);
+  RunOptions alone = short_run(12, 10, 1);
+  EXPECT_EQ(run_model(m, alone, nullptr).tokens[0], a.tokens[0]);
+  alone.seed = o.seed + 0x9E3779B97F4A7C15ULL;
+  EXPECT_EQ(run_model(m, alone, nullptr).tokens[0], a.tokens[1]);
   EXPECT_GT(a.decode_weight_gbs, 0.0);
   EXPECT_GT(a.peak_rss_bytes, 0U);
 }
@@ -324,6 +330,20 @@ TEST(Engine, MixtureReadsOnlyTheRoutedExperts) {
   // One token reads 2 of 4 experts: exactly the model's active bytes per token.
   EXPECT_EQ(e.last_step_weight_bytes(), moe.active_weight_bytes_per_token());
   EXPECT_LT(moe.active_weight_bytes_per_token(), moe.weight_bytes() * 3 / 5);
+}
+
+// Distinct users route to distinct experts: a decode step of four sequences reads more expert
+// weights than one (the same prompt four times would route all four alike and read no more).
+TEST(Engine, ConcurrentUsersOfAMoeModelReadMoreExperts) {
+  const Model& moe = tiny_model("Q8_0", "llama", 4);
+  const RunReport one = run_model(moe, short_run(12, 6, 1), nullptr);
+  const RunReport four = run_model(moe, short_run(12, 6, 4), nullptr);
+  EXPECT_EQ(one.decode_bytes_per_step, moe.active_weight_bytes_per_token());
+  // Beyond the three more embedding rows the step looks up, at least one more expert matrix.
+  const std::uint64_t embedding_row = moe.embedding().bytes / static_cast<std::uint64_t>(moe.config().vocab);
+  const WeightView expert = expert_slice(moe.layers().front().down_exps, moe.config().experts, 0);
+  EXPECT_GE(four.decode_bytes_per_step, one.decode_bytes_per_step + 3 * embedding_row + expert.rows * expert.row_bytes);
+  EXPECT_LE(four.decode_bytes_per_step, moe.weight_bytes());
 }
 
 // The forecast charges each thread-team start its fixed cost, counted by parallel_operations:
