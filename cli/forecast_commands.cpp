@@ -330,6 +330,7 @@ struct ValidateArgs {
   bool recalibrate = false;
   std::vector<std::string> quants;
   std::vector<int> concurrencies;
+  std::vector<std::string> models;
   // The library's defaults, stated once there.
   int prompt = ValidateOptions{}.prompt;
   int gen = ValidateOptions{}.gen;
@@ -346,6 +347,7 @@ void validate(const ValidateArgs& a) {
   ValidateOptions o;
   if (!a.quants.empty()) o.quants = a.quants;
   if (!a.concurrencies.empty()) o.concurrencies = a.concurrencies;
+  if (!a.models.empty()) o.models = validation_models_named(a.models);
   o.prompt = a.prompt;
   o.gen = a.gen;
   o.repeats = a.repeats;
@@ -383,6 +385,7 @@ void validate(const ValidateArgs& a) {
                       {"predicted_decode_tps_at_run_read", v.predicted_decode_tps_at_run_read},
                       {"decode_error_at_run_read", v.decode_error_at_run_read()},
                       {"predicted_prefill_tps_at_run_read", v.predicted_prefill_tps_at_run_read},
+                      {"decode_step_weight_bytes", {{"predicted", v.predicted_step_weight_bytes}, {"measured", v.measured_step_weight_bytes}}},
                       {"decode_step_seconds", {{"predicted_matrix", v.predicted_step_matrix_seconds},
                                                {"measured_matrix", v.measured_step_matrix_seconds},
                                                {"predicted_other", v.predicted_step_other_seconds},
@@ -441,6 +444,11 @@ void validate(const ValidateArgs& a) {
               &ValidationRow::predicted_step_other_seconds, &ValidationRow::measured_step_other_seconds);
   print_split("one prompt's prefill", &ValidationRow::predicted_prompt_matrix_seconds, &ValidationRow::measured_prompt_matrix_seconds,
               &ValidationRow::predicted_prompt_other_seconds, &ValidationRow::measured_prompt_other_seconds);
+  fmt::print("\nweight bytes one decode step reads, forecast / measured (MiB; MoE: the forecast spreads routing evenly)\n");
+  for (const auto& v : r.rows) {
+    fmt::print("  {:<15} {:<7} {:>2} {:>9.1f} / {:<9.1f}\n", v.model, v.quant, v.concurrency, v.predicted_step_weight_bytes / 1048576.0,
+               v.measured_step_weight_bytes / 1048576.0);
+  }
   fmt::print("\nworst decode error {:.1f}% (at each run's own read: {:.1f}%), worst prefill error {:.1f}%\n", 100 * r.worst_decode_error,
              100 * r.worst_decode_error_at_run_read, 100 * r.worst_prefill_error);
 }
@@ -524,6 +532,9 @@ void add_validate_command(CLI::App& app, int& exit_status) {
   cmd->add_flag("--recalibrate", a->recalibrate, "Calibrate again before validating");
   cmd->add_option("--quant", a->quants, "Formats (default Q8_0,Q4_0,Q4_K_M)")->delimiter(',');
   cmd->add_option("--concurrency", a->concurrencies, "Concurrencies (default 1,2,4)")->delimiter(',');
+  cmd->add_option("--models", a->models,
+                  "Generated models (default validate-0.85b,tinyllama-1.1b,validate-1.5b; also moe-mini, validate-moe-fine)")
+      ->delimiter(',');
   cmd->add_option("--prompt", a->prompt, "Prompt tokens per sequence")->capture_default_str();
   cmd->add_option("--gen", a->gen, "Generated tokens per sequence")->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Passes over every model, format and concurrency; each row reports its pass of median error")->capture_default_str();

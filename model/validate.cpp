@@ -33,6 +33,32 @@ std::vector<ValidationModel> validation_models() {
           {"validate-1.5b", llama_shape(20, 2560, 6912, 20, 4, 32000, 2048)}};
 }
 
+std::vector<ValidationModel> moe_validation_models() {
+  // Routed experts come and go from step to step, so their whole weights (650 MiB and more in
+  // Q4_0) matter more than one step's share: both stay beyond the last-level cache as a whole.
+  ModelShape mixtral_like = find_preset("moe-mini")->shape;
+  ModelShape fine = llama_shape(16, 1024, 384, 16, 4, 32000, 4096);
+  fine.experts = 64;
+  fine.active_experts = 8;
+  return {{"moe-mini", mixtral_like}, {"validate-moe-fine", fine}};
+}
+
+std::vector<ValidationModel> validation_models_named(const std::vector<std::string>& names) {
+  std::vector<ValidationModel> known = validation_models();
+  for (auto& m : moe_validation_models()) known.push_back(std::move(m));
+  std::vector<ValidationModel> chosen;
+  for (const auto& name : names) {
+    const auto it = std::find_if(known.begin(), known.end(), [&](const ValidationModel& m) { return m.name == name; });
+    if (it == known.end()) {
+      std::vector<std::string> all;
+      for (const auto& m : known) all.push_back(m.name);
+      throw UsageError(fmt::format("--models: unknown validation model '{}' (choose from {})", name, fmt::join(all, ", ")));
+    }
+    chosen.push_back(*it);
+  }
+  return chosen;
+}
+
 void check_options(const ValidateOptions& o) {
   if (o.models.empty() || o.quants.empty() || o.concurrencies.empty()) throw UsageError("validate needs at least one model, format and concurrency");
   for (int conc : o.concurrencies) {
@@ -113,7 +139,7 @@ struct RowSamples {
   std::vector<double> measured_decode, measured_prefill;
   std::vector<double> decode, decode_low, decode_high;
   std::vector<double> prefill, prefill_low, prefill_high;
-  std::vector<double> matrix, measured_matrix, other, measured_other;
+  std::vector<double> matrix, measured_matrix, other, measured_other, step_bytes, measured_step_bytes;
   std::vector<double> prompt_matrix, measured_prompt_matrix, prompt_other, measured_prompt_other;
   std::vector<double> read, read_before, read_after, curve_read, decode_at_run_read, prefill_at_run_read;
   int reruns = 0;
@@ -244,6 +270,8 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
           s.prefill_low.push_back(f.prefill_low);
           s.prefill_high.push_back(f.prefill_high);
           const double steps = o.gen - 1;
+          s.step_bytes.push_back(pm->inventory.step_weight_bytes(pm->arch, conc));
+          s.measured_step_bytes.push_back(static_cast<double>(measured.decode_bytes_per_step));
           s.matrix.push_back(f.decode_matrix_seconds);
           s.other.push_back(f.decode_other_seconds);
           s.measured_matrix.push_back(measured.decode_gemm_seconds / steps);
@@ -279,6 +307,8 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
         s.phase(s.decode, s.measured_decode, s.decode_low, s.decode_high, d);
     std::tie(row.predicted_prefill_tps, row.measured_prefill_tps, row.prefill_low, row.prefill_high) =
         s.phase(s.prefill, s.measured_prefill, s.prefill_low, s.prefill_high, p);
+    row.predicted_step_weight_bytes = s.step_bytes[d];
+    row.measured_step_weight_bytes = s.measured_step_bytes[d];
     row.predicted_step_matrix_seconds = s.matrix[d];
     row.measured_step_matrix_seconds = s.measured_matrix[d];
     row.predicted_step_other_seconds = s.other[d];

@@ -20,6 +20,13 @@ struct ValidationModel {
 };
 // The three sizes `validate` runs by default.
 std::vector<ValidationModel> validation_models();
+// Two MoE models `validate --models` can add: Mixtral's shape of routing (8 experts, 2 active)
+// and a fine-grained one (64 experts, 8 active, as Qwen3's MoE models route), whose step is
+// many small expert products.
+std::vector<ValidationModel> moe_validation_models();
+// The models named (from either list), in that order; throws UsageError naming the choices
+// for a name that is neither.
+std::vector<ValidationModel> validation_models_named(const std::vector<std::string>& names);
 
 struct ValidateOptions {
   unsigned threads = 1;
@@ -79,6 +86,11 @@ struct ValidationRow {
   double measured_step_matrix_seconds = 0;
   double predicted_step_other_seconds = 0;
   double measured_step_other_seconds = 0;
+  // The weight bytes one decode step reads, forecast and measured (in the decode pass): in a MoE
+  // model the forecast expects routing spread evenly over the experts, as a trained router's
+  // load balancing makes it; a generated model's router need not spread so evenly.
+  double predicted_step_weight_bytes = 0;
+  double measured_step_weight_bytes = 0;
   // One prompt's prefill split the same way (in the prefill pass; measured per sequence).
   double predicted_prompt_matrix_seconds = 0;
   double measured_prompt_matrix_seconds = 0;

@@ -346,5 +346,6 @@ TEST(CliForecast, BadInputExitsWithStatusTwo) {
   expect_usage_error("calibrate --profile " + profile.string() + " --footprint lots", "--footprint");
   expect_usage_error("validate --profile " + profile.string() + " --settled-read -0.5", "--settled-read");
   expect_usage_error("validate --profile " + profile.string() + " --unsettled-retries 9", "--unsettled-retries");
+  expect_usage_error("validate --profile " + profile.string() + " --models validate-0.85b,gpt-5", "moe-mini");
   fs::remove(profile);
 }

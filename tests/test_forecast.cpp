@@ -729,6 +729,22 @@ TEST(Validate, RefusesToJudgeWhatWasFittedOn) {
   EXPECT_NO_THROW(check_held_out(o, c));
 }
 
+TEST(Validate, ChoosesDenseAndMoeModelsByName) {
+  const auto chosen = validation_models_named({"validate-moe-fine", "tinyllama-1.1b", "moe-mini"});
+  ASSERT_EQ(chosen.size(), 3U);
+  EXPECT_EQ(chosen[0].shape.experts, 64);
+  EXPECT_EQ(chosen[0].shape.active_experts, 8);
+  EXPECT_EQ(chosen[1].shape.experts, 0);
+  EXPECT_EQ(chosen[2].shape.experts, 8);
+  EXPECT_EQ(chosen[2].shape.active_experts, 2);
+  EXPECT_THROW(validation_models_named({"gpt-5"}), UsageError);
+  // None of them is the calibration's model.
+  ValidateOptions o;
+  o.threads = 2;
+  o.models = chosen;
+  EXPECT_NO_THROW(check_held_out(o, synthetic_calibration()));
+}
+
 TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
   const Calibration c = synthetic_calibration(20, 0.05);
   ValidateOptions o;
@@ -791,6 +807,10 @@ TEST(Validate, RunsTheEngineAndSetsTheForecastBesideIt) {
     EXPECT_DOUBLE_EQ(row.curve_read_gbs, 20);
     EXPECT_EQ(row.predicted_decode_tps_at_run_read > row.predicted_decode_tps, row.read_gbs > row.curve_read_gbs);
     worst_at_reads = std::max(worst_at_reads, std::abs(row.decode_error_at_run_read()));
+    // A dense model's step reads every matrix and its tokens' embedding rows: the forecast's
+    // count, less only the norm vectors it adds (1.5% of these tiny models' bytes).
+    EXPECT_GT(row.measured_step_weight_bytes, 0.97 * row.predicted_step_weight_bytes);
+    EXPECT_LE(row.measured_step_weight_bytes, row.predicted_step_weight_bytes);
   }
   EXPECT_DOUBLE_EQ(r.worst_decode_error, worst);
   EXPECT_DOUBLE_EQ(r.worst_decode_error_at_run_read, worst_at_reads);
