@@ -34,8 +34,8 @@ std::vector<ValidationModel> validation_models() {
 }
 
 std::vector<ValidationModel> moe_validation_models() {
-  // Routed experts come and go from step to step, so their whole weights (650 MiB and more in
-  // Q4_0) matter more than one step's share: both stay beyond the last-level cache as a whole.
+  // Both hold 650 MiB and more even in Q4_0, beyond the last-level cache: the experts a step
+  // reads change from step to step, so what it finds in cache follows the whole model's size.
   ModelShape mixtral_like = find_preset("moe-mini")->shape;
   ModelShape fine = llama_shape(16, 1024, 384, 16, 4, 32000, 4096);
   fine.experts = 64;
