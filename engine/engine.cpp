@@ -24,6 +24,14 @@ std::size_t kv_element_bytes(GgmlType type) {
 
 std::uint64_t bytes_of(const WeightView& w) { return static_cast<std::uint64_t>(w.rows) * w.row_bytes; }
 
+// Seconds `call` takes.
+template <typename Call>
+double timed(Call&& call) {
+  const auto start = std::chrono::steady_clock::now();
+  call();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // Sizes a step buffer for `n` values without ever shrinking it: a prompt's buffers stay for the
 // next prompt, and decode's one-token steps neither free nor zero them again.
 void fit(std::vector<float>& v, std::size_t n) {
@@ -202,23 +210,20 @@ void Engine::gemm(ProductRole role, const WeightView& w, const float* x, std::si
 
 void Engine::gemm_shared(ProductRole role, std::initializer_list<WeightView> ws, const float* x, std::size_t batch,
                          std::initializer_list<float*> ys) {
+  const double seconds = timed([&] { ctx_.gemm_shared(std::span(ws.begin(), ws.size()), x, batch, std::span(ys.begin(), ys.size())); });
+  count_product(product_time(role, std::span(ws.begin(), ws.size()), seconds));
+}
+
+void Engine::count_product(const ProductTime& p) {
   ++step_parallel_operations_;
-  const auto start = std::chrono::steady_clock::now();
-  ctx_.gemm_shared(std::span(ws.begin(), ws.size()), x, batch, std::span(ys.begin(), ys.size()));
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  step_gemm_seconds_ += seconds;
-  const ProductTime p = product_time(role, std::span(ws.begin(), ws.size()), seconds);
+  step_gemm_seconds_ += p.seconds;
   step_weight_bytes_ += p.bytes;
   accumulate(step_products_, p);
 }
 
 void Engine::gemm_jobs(ProductRole role, std::span<const GemmContext::Job> jobs) {
   if (jobs.empty()) return;
-  ++step_parallel_operations_;
-  const auto start = std::chrono::steady_clock::now();
-  ctx_.gemm_jobs(jobs);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  step_gemm_seconds_ += seconds;
+  const double seconds = timed([&] { ctx_.gemm_jobs(jobs); });
   // Named by the distinct formats among the matrices ("Q4_K", or "Q4_K+Q6_K"), not one name
   // per expert.
   ProductTime p{role, {}, 1, 0, 0, seconds};
@@ -232,8 +237,7 @@ void Engine::gemm_jobs(ProductRole role, std::span<const GemmContext::Job> jobs)
     if (!p.formats.empty()) p.formats += '+';
     p.formats += format_info(j.w.type).name;
   }
-  step_weight_bytes_ += p.bytes;
-  accumulate(step_products_, p);
+  count_product(p);
 }
 
 void Engine::parallel_for(std::size_t n, const std::function<void(std::size_t, std::size_t, unsigned)>& body) {
@@ -490,7 +494,7 @@ void Engine::mixture(const LayerWeights& w, std::size_t n) {
   // start of the threads each, which on a many-core machine takes as long as streaming a
   // small expert's matrix.
   expert_jobs_.clear();
-  expert_ids_.clear();
+  down_jobs_.clear();
   std::size_t rows = 0;
   for (std::size_t e = 0; e < experts; ++e) {
     const auto& list = routed_[e];
@@ -499,21 +503,16 @@ void Engine::mixture(const LayerWeights& w, std::size_t n) {
     const std::size_t m = list.size();
     for (std::size_t i = 0; i < m; ++i) std::memcpy(&expert_in_[(rows + i) * dim], &xn_[list[i].first * dim], dim * sizeof(float));
     const int ei = static_cast<int>(e);
-    expert_ids_.push_back(ei);
     const float* in = &expert_in_[rows * dim];
-    expert_jobs_.push_back({expert_slice(w.gate_exps, cfg_.experts, ei), in, m, &expert_gate_[rows * ffn]});
+    float* gate = &expert_gate_[rows * ffn];
+    expert_jobs_.push_back({expert_slice(w.gate_exps, cfg_.experts, ei), in, m, gate});
     expert_jobs_.push_back({expert_slice(w.up_exps, cfg_.experts, ei), in, m, &expert_up_[rows * ffn]});
+    // Down reads what SwiGLU leaves in the gate rows.
+    down_jobs_.push_back({expert_slice(w.down_exps, cfg_.experts, ei), gate, m, &expert_out_[rows * dim]});
     rows += m;
   }
   gemm_jobs(ProductRole::expert_gate_up, expert_jobs_);
   vec_.swiglu(expert_gate_.data(), expert_up_.data(), rows * ffn);
-  // Down of each expert, in the same order: its input is its gate job's output.
-  down_jobs_.clear();
-  for (std::size_t j = 0; j < expert_jobs_.size(); j += 2) {
-    const GemmContext::Job& gate = expert_jobs_[j];
-    const std::size_t first = static_cast<std::size_t>(gate.y - expert_gate_.data()) / ffn;
-    down_jobs_.push_back({expert_slice(w.down_exps, cfg_.experts, expert_ids_[j / 2]), gate.y, gate.batch, &expert_out_[first * dim]});
-  }
   gemm_jobs(ProductRole::expert_down, down_jobs_);
   // Each token's experts added in expert order, as one call per expert did.
   rows = 0;

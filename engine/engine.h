@@ -123,6 +123,8 @@ class Engine {
                    std::initializer_list<float*> ys);
   // Matrices of different inputs and batches (a MoE layer's experts) in one start of the threads.
   void gemm_jobs(ProductRole role, std::span<const GemmContext::Job> jobs);
+  // Adds one product call, timed, to the step's counts (team starts, time, bytes, by kind).
+  void count_product(const ProductTime& p);
   // One KV head's keys (or values) for the kKvBlockTokens tokens of a block, contiguous, so
   // attention over one head streams whole cache lines: values token by token, keys element by
   // element (the column layout of VecOps::dot_keys).
@@ -170,7 +172,6 @@ class Engine {
   std::vector<float> expert_in_, expert_gate_, expert_up_, expert_out_;
   std::vector<std::vector<std::pair<std::size_t, float>>> routed_;  // per expert: (token, weight)
   std::vector<GemmContext::Job> expert_jobs_, down_jobs_;  // gate and up of each touched expert; down
-  std::vector<int> expert_ids_;                            // the touched experts, in job order
   std::vector<GgmlType> job_formats_;  // the formats a call of jobs has met so far
   std::vector<std::size_t> expert_order_;
   std::vector<float> expert_weights_;
