@@ -200,10 +200,31 @@ void GemmContext::share_input(std::span<const WeightView> ws, const float* x, st
   }
 }
 
-void GemmContext::prepare(std::span<const WeightView> ws, std::size_t batch) {
+void GemmContext::prepare(std::span<const WeightView> ws, std::size_t batch, std::size_t parts) {
   if (batch == 0 || ws.empty()) return;
   share_input(ws, nullptr, batch, {});  // never read or written here
-  const auto [packed_total, scratch] = plan_products(shared_);
+  auto [packed_total, scratch] = plan_products(shared_);
+  if (parts > 1) {
+    // Split into parts, each product picks its kernel by its own batch and packs its rows
+    // rounded up to that kernel's step, 64-byte aligned. A kernel packs ceil(b / g) units of
+    // c bytes, no more than b x (its bytes per row at `batch`) + c, so every split fits in
+    // batch x the most bytes per row + parts x (the largest unit + 64).
+    std::size_t per_row = 0;
+    std::size_t unit = 0;
+    const GemmKernel* last = nullptr;
+    for (const WeightView& w : ws) {
+      for (std::size_t b = 1; b <= batch; ++b) {
+        const GemmKernel& k = select(w.type, w.layout, b, w.cols);
+        if (&k == last) continue;
+        last = &k;
+        if (k.scratch_bytes != nullptr) scratch = std::max(scratch, k.scratch_bytes(w.cols));
+        if (k.packed_bytes == nullptr) continue;
+        per_row = std::max(per_row, (k.packed_bytes(batch, w.cols) + batch - 1) / batch);
+        unit = std::max(unit, k.packed_bytes(1, w.cols));
+      }
+    }
+    packed_total = std::max(packed_total, batch * per_row + std::min(parts, batch) * (unit + 64));
+  }
   if (packed_total > packed_.capacity()) std::memset(packed_.reserve(packed_total), 0, packed_total);
   // Each thread touches its own scratch: on a NUMA machine its pages land on its node.
   pool_.run([&, scratch = scratch](unsigned member) {

@@ -109,13 +109,16 @@ class GemmContext {
   // `batch` rows will need, so that the first call does not take their page faults (on the
   // development host they cost a fresh engine's first prompt tens of milliseconds;
   // docs/PERFORMANCE.md, seventeenth session). Buffers only grow: call it for every shape of
-  // call to come.
-  void prepare(std::span<const WeightView> ws, std::size_t batch);
+  // call to come. `parts` > 1: the batch's rows may come split among up to that many jobs of
+  // each matrix (gemm_jobs over a MoE layer's experts), each packed on its own.
+  void prepare(std::span<const WeightView> ws, std::size_t batch, std::size_t parts = 1);
 
   // The name of the kernel gemm() would use, e.g. "avx512_vnni" or "amx_int8".
   [[nodiscard]] std::string_view kernel_name(GgmlType type, std::size_t batch, std::size_t cols,
                                              WeightLayout layout = WeightLayout::gguf) const;
   [[nodiscard]] WeightLayout preferred_layout(GgmlType type) const { return infercast::preferred_layout(type, level_); }
+  // Bytes the packed activations may take before a call has to grow (and fault in) the buffer.
+  [[nodiscard]] std::size_t packed_capacity() const { return packed_.capacity(); }
 
  private:
   struct Product {
