@@ -137,9 +137,9 @@ void print_products(const RunReport& r) {
   const int steps = r.gen_tokens - 1;
   if (steps < 1 || r.decode_products.empty()) return;
   fmt::print("\n  decode products per step, all layers   (median of the runs)\n");
-  fmt::print("    {:<12} {:<16} {:>6} {:>10} {:>9} {:>6} {:>8}\n", "kind", "formats", "calls", "weights", "ms", "share", "GB/s");
+  fmt::print("    {:<14} {:<16} {:>6} {:>10} {:>9} {:>6} {:>8}\n", "kind", "formats", "calls", "weights", "ms", "share", "GB/s");
   for (const ProductTime& p : r.decode_products) {
-    fmt::print("    {:<12} {:<16} {:>6} {:>10} {:>9.3f} {:>5.1f}% {:>8.1f}\n", to_string(p.role), p.formats, p.calls / steps,
+    fmt::print("    {:<14} {:<16} {:>6} {:>10} {:>9.3f} {:>5.1f}% {:>8.1f}\n", to_string(p.role), p.formats, p.calls / steps,
                format_size(p.bytes / static_cast<std::uint64_t>(steps)), 1e3 * p.seconds / steps,
                r.decode_gemm_seconds > 0 ? 100 * p.seconds / r.decode_gemm_seconds : 0.0,
                p.seconds > 0 ? static_cast<double>(p.bytes) / p.seconds / 1e9 : 0.0);

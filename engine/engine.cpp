@@ -78,6 +78,9 @@ void Engine::prepare(std::size_t n) {
     fit(expert_gate_, routed * ffn);
     fit(expert_up_, routed * ffn);
     fit(router_, n * static_cast<std::size_t>(cfg_.experts));
+    choice_expert_.reserve(routed);
+    choice_row_.reserve(routed);
+    choice_weight_.reserve(routed);
   } else {
     fit(gate_, n * ffn);
     fit(up_, n * ffn);
@@ -91,11 +94,12 @@ void Engine::prepare(std::size_t n) {
     prepare_call({w.wo});
     if (cfg_.is_moe()) {
       prepare_call({w.router});
-      // A call's experts share the packed buffer: sized here for all of the step's routed rows.
+      // A call's experts share the packed buffer: sized here for all of the step's routed rows,
+      // however they fall among the experts.
       const std::size_t routed = n * static_cast<std::size_t>(cfg_.active_experts);
       for (const WeightView* e : {&w.gate_exps, &w.down_exps}) {
         const WeightView first = expert_slice(*e, cfg_.experts, 0);
-        ctx_.prepare(std::span(&first, 1), routed);
+        ctx_.prepare(std::span(&first, 1), routed, static_cast<std::size_t>(cfg_.experts));
       }
     } else {
       prepare_call({w.gate, w.up});
@@ -156,9 +160,10 @@ double parallel_operations(int dense_layers, int moe_layers, double tokens, doub
   // residual with the second RMSNorm as per-token work.
   const double shared = 3.0 + (batched ? 3.0 : 0.0);
   // Dense FFN: gate/up, down, and SwiGLU and the residual as per-token work. MoE: the router,
-  // then gate and up of every touched expert in one call, and their down in another.
+  // then gate and up of every touched expert in one call, and their down in another; the
+  // routing, the gathering of rows, SwiGLU and the combine as per-token work.
   const double dense = shared + 2.0 + (batched ? 2.0 : 0.0);
-  const double moe = shared + 1.0 + (experts_touched > 0 ? 2.0 : 0.0);
+  const double moe = shared + 1.0 + (experts_touched > 0 ? 2.0 : 0.0) + (batched ? 4.0 : 0.0);
   return dense_layers * dense + moe_layers * moe + (logits ? 1.0 : 0.0);
 }
 
@@ -461,69 +466,101 @@ void Engine::feed_forward(const LayerWeights& w, std::size_t n) {
   });
 }
 
+namespace {
+
+// Token t's k experts: the k highest router logits (ties to the lower expert), weighted by a
+// softmax over those k (Mixtral), then put in expert order, the order the combine adds them in.
+void route_token(const float* logits, std::size_t experts, std::size_t k, std::uint32_t* ids, float* weights) {
+  std::size_t have = 0;
+  for (std::size_t e = 0; e < experts; ++e) {
+    const float v = logits[e];
+    if (have == k && !(v > logits[ids[k - 1]])) continue;
+    std::size_t i = have < k ? have++ : k - 1;
+    for (; i > 0 && v > logits[ids[i - 1]]; --i) ids[i] = ids[i - 1];
+    ids[i] = static_cast<std::uint32_t>(e);
+  }
+  for (std::size_t i = 0; i < k; ++i) weights[i] = logits[ids[i]];
+  softmax(weights, k);
+  for (std::size_t i = 1; i < k; ++i) {
+    const std::uint32_t id = ids[i];
+    const float weight = weights[i];
+    std::size_t j = i;
+    for (; j > 0 && ids[j - 1] > id; --j) {
+      ids[j] = ids[j - 1];
+      weights[j] = weights[j - 1];
+    }
+    ids[j] = id;
+    weights[j] = weight;
+  }
+}
+
+}  // namespace
+
 void Engine::mixture(const LayerWeights& w, std::size_t n) {
   const auto dim = static_cast<std::size_t>(cfg_.dim);
   const auto ffn = static_cast<std::size_t>(cfg_.ffn);
   const auto experts = static_cast<std::size_t>(cfg_.experts);
   const auto k = static_cast<std::size_t>(cfg_.active_experts);
+  const std::size_t routed = n * k;  // a token's k experts are distinct: one row each
   fit(router_, n * experts);
-  for (auto* v : {&expert_in_, &expert_out_}) fit(*v, n * k * dim);
-  fit(expert_gate_, n * k * ffn);
-  fit(expert_up_, n * k * ffn);
+  for (auto* v : {&expert_in_, &expert_out_}) fit(*v, routed * dim);
+  fit(expert_gate_, routed * ffn);
+  fit(expert_up_, routed * ffn);
+  choice_expert_.resize(routed);
+  choice_weight_.resize(routed);
+  choice_row_.resize(routed);
   gemm(ProductRole::router, w.router, xn_.data(), n, router_.data());
+  // The routing, the gathering of rows, SwiGLU and the combine run on the team: on one thread
+  // they were a fifth of a 512-token prompt of a 64-expert model (docs/PERFORMANCE.md).
+  parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) {
+    for (std::size_t t = begin; t < end; ++t) route_token(&router_[t * experts], experts, k, &choice_expert_[t * k], &choice_weight_[t * k]);
+  });
 
-  // Per token: the k highest router logits, weighted by a softmax over those k (Mixtral).
-  // Buffers kept across layers and steps: routing runs once per layer in every decode step.
-  routed_.resize(experts);
-  for (auto& list : routed_) list.clear();
-  expert_order_.resize(experts);
-  expert_weights_.resize(k);
-  std::vector<std::size_t>& order = expert_order_;
-  for (std::size_t t = 0; t < n; ++t) {
-    const float* r = &router_[t * experts];
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k), order.end(),
-                      [&](std::size_t a, std::size_t b) { return r[a] > r[b] || (r[a] == r[b] && a < b); });
-    for (std::size_t i = 0; i < k; ++i) expert_weights_[i] = r[order[i]];
-    softmax(expert_weights_.data(), k);
-    for (std::size_t i = 0; i < k; ++i) routed_[order[i]].emplace_back(t, expert_weights_[i]);
-  }
+  // Each touched expert's rows lie together, its tokens in order: the row of every choice is
+  // known before any is copied.
+  expert_first_row_.assign(experts + 1, 0);
+  for (const std::uint32_t e : choice_expert_) ++expert_first_row_[e + 1];
+  std::partial_sum(expert_first_row_.begin(), expert_first_row_.end(), expert_first_row_.begin());
+  expert_next_row_.assign(expert_first_row_.begin(), expert_first_row_.end() - 1);
+  for (std::size_t c = 0; c < routed; ++c) choice_row_[c] = expert_next_row_[choice_expert_[c]]++;
 
-  // Every touched expert's rows gathered one expert after another: gate and up of all of them
-  // in one call, down in a second. A call per expert and matrix (3 x touched per layer) paid a
-  // start of the threads each, which on a many-core machine takes as long as streaming a
-  // small expert's matrix.
+  // Gate and up of every touched expert in one call, down in a second. A call per expert and
+  // matrix (3 x touched per layer) paid a start of the threads each, which on a many-core
+  // machine takes as long as streaming a small expert's matrix.
   expert_jobs_.clear();
   down_jobs_.clear();
-  std::size_t rows = 0;
   for (std::size_t e = 0; e < experts; ++e) {
-    const auto& list = routed_[e];
-    if (list.empty()) continue;  // an expert no token chose is never read
+    const std::size_t row = expert_first_row_[e];
+    const std::size_t m = expert_first_row_[e + 1] - row;
+    if (m == 0) continue;  // an expert no token chose is never read
     ++step_experts_touched_;
-    const std::size_t m = list.size();
-    for (std::size_t i = 0; i < m; ++i) std::memcpy(&expert_in_[(rows + i) * dim], &xn_[list[i].first * dim], dim * sizeof(float));
     const int ei = static_cast<int>(e);
-    const float* in = &expert_in_[rows * dim];
-    float* gate = &expert_gate_[rows * ffn];
+    const float* in = &expert_in_[row * dim];
+    float* gate = &expert_gate_[row * ffn];
     expert_jobs_.push_back({expert_slice(w.gate_exps, cfg_.experts, ei), in, m, gate});
-    expert_jobs_.push_back({expert_slice(w.up_exps, cfg_.experts, ei), in, m, &expert_up_[rows * ffn]});
+    expert_jobs_.push_back({expert_slice(w.up_exps, cfg_.experts, ei), in, m, &expert_up_[row * ffn]});
     // Down reads what SwiGLU leaves in the gate rows.
-    down_jobs_.push_back({expert_slice(w.down_exps, cfg_.experts, ei), gate, m, &expert_out_[rows * dim]});
-    rows += m;
+    down_jobs_.push_back({expert_slice(w.down_exps, cfg_.experts, ei), gate, m, &expert_out_[row * dim]});
   }
+  parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) {
+    for (std::size_t c = begin * k; c < end * k; ++c) std::memcpy(&expert_in_[choice_row_[c] * dim], &xn_[c / k * dim], dim * sizeof(float));
+  });
   gemm_jobs(ProductRole::expert_gate_up, expert_jobs_);
-  vec_.swiglu(expert_gate_.data(), expert_up_.data(), rows * ffn);
+  // Rows, not tokens, are split here: n x k of them, whoever's they are.
+  parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) {
+    vec_.swiglu(&expert_gate_[begin * k * ffn], &expert_up_[begin * k * ffn], (end - begin) * k * ffn);
+  });
   gemm_jobs(ProductRole::expert_down, down_jobs_);
-  // Each token's experts added in expert order, as one call per expert did.
-  rows = 0;
-  for (std::size_t e = 0; e < experts; ++e) {
-    for (const auto& [token, weight] : routed_[e]) {
-      float* x = &x_[token * dim];
-      const float* out = &expert_out_[rows * dim];
-      for (std::size_t j = 0; j < dim; ++j) x[j] += weight * out[j];
-      ++rows;
+  parallel_for(n, [&](std::size_t begin, std::size_t end, unsigned) {
+    for (std::size_t t = begin; t < end; ++t) {
+      float* x = &x_[t * dim];
+      for (std::size_t c = t * k; c < (t + 1) * k; ++c) {
+        const float* out = &expert_out_[choice_row_[c] * dim];
+        const float weight = choice_weight_[c];
+        for (std::size_t j = 0; j < dim; ++j) x[j] += weight * out[j];
+      }
     }
-  }
+  });
 }
 
 }  // namespace infercast

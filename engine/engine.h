@@ -47,8 +47,9 @@ struct StepToken {
 
 // Thread-team starts one step over `tokens` tokens makes: each product call (Q, K and V share
 // one, as do gate and up), attention, the per-token work between them (inline for one token),
-// and the output head when `logits` are wanted. A MoE layer starts its router's product and
-// three per expert its tokens touch (`experts_touched` per MoE layer). Each start costs a wake-up
+// and the output head when `logits` are wanted. A MoE layer starts its router's product, and
+// when its tokens touch any expert (`experts_touched` per MoE layer) one call for every touched
+// expert's gate and up and one for their down. Each start costs a wake-up
 // and a barrier whatever the step's size, so the forecast counts them (Engine counts its own;
 // a test holds the two together).
 double parallel_operations(int dense_layers, int moe_layers, double tokens, double experts_touched, bool logits);
@@ -170,11 +171,12 @@ class Engine {
   std::vector<std::vector<float>> scores_;  // per thread
   // A MoE layer's routed rows, expert after expert (k rows per token).
   std::vector<float> expert_in_, expert_gate_, expert_up_, expert_out_;
-  std::vector<std::vector<std::pair<std::size_t, float>>> routed_;  // per expert: (token, weight)
+  // Token t's choices are c = t x k + i: the expert, its weight and the row it was gathered to.
+  std::vector<std::uint32_t> choice_expert_, choice_row_;
+  std::vector<float> choice_weight_;
+  std::vector<std::uint32_t> expert_first_row_, expert_next_row_;  // per expert (and one past)
   std::vector<GemmContext::Job> expert_jobs_, down_jobs_;  // gate and up of each touched expert; down
   std::vector<GgmlType> job_formats_;  // the formats a call of jobs has met so far
-  std::vector<std::size_t> expert_order_;
-  std::vector<float> expert_weights_;
 };
 
 }  // namespace infercast
