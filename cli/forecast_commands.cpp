@@ -224,6 +224,7 @@ nlohmann::json to_json(const Forecast& f, const std::optional<double>& accuracy)
                     {"ttft_ms", 1e3 * r.ttft_seconds}, {"step_bytes", r.step_bytes}, {"bandwidth_share", r.bandwidth_share},
                     {"bottleneck", r.bottleneck}, {"decode_step_matrix_seconds", r.decode_matrix_seconds},
                     {"decode_step_other_seconds", r.decode_other_seconds}, {"decode_step_launch_seconds", r.decode_launch_seconds},
+                    {"decode_step_overhead_seconds", r.decode_overhead_seconds},
                     {"memory", {{"weights_bytes", r.memory.weights}, {"kv_cache_bytes", r.memory.kv_cache},
                                 {"activation_bytes", r.memory.activations}, {"needed_bytes", r.memory.needed},
                                 {"available_bytes", r.memory.available}, {"headroom_bytes", r.memory.headroom()},

@@ -34,6 +34,9 @@ class MeasuredPerformance final : public Performance {
     return infercast::matrix_seconds(c_, a, w, batch, output_batch);
   }
   double other_seconds(const Architecture&, const StepWork& work, double, double) const override { return c_.engine->seconds(work); }
+  double overhead_seconds(const StepWork& work, double) const override {
+    return c_.engine->seconds({work.calls, work.token_layer_dims, 0, 0, 0});
+  }
   // The read the curves stand for (the probe's in a calibration older than curve_read_gbs).
   double stream_gbs() const override { return c_.typical_curve_read(); }
   double relative_band(double matrix, double other, double memory) const override { return c_.relative_band(matrix, other, memory); }
@@ -153,11 +156,24 @@ class DescribedPerformance final : public Performance {
       }
       return s;
     }
-    // The engine's overheads as measured on the reference, scaled by clock.
-    const double clock = ref_.hardware.base_ghz > 0 && h_.base_ghz > 0 ? ref_.hardware.base_ghz / h_.base_ghz : 1.0;
-    if (ref_.calibration.engine) s += ref_.calibration.engine->seconds({work.calls, work.token_layer_dims, 0, 0, 0}) * clock;
+    s += overhead_seconds(work, batch);
     s += (work.attention_ops + work.decode_attention_ops) / (h_.peak_fp32_gflops * 1e9 * fp32_fraction());
     return s;
+  }
+
+  // The engine's overheads as measured on the reference, scaled by clock. The per-token work
+  // is split by token among the threads (one token runs inline), so it also scales by how many
+  // threads a step's tokens keep busy here against there: on the development host a 512-token
+  // prompt's per-token work took 120-125 ms on one thread and 62-63 ms on two. A team start is
+  // scaled by clock alone: no machine here has shown how it grows with the cores.
+  double overhead_seconds(const StepWork& work, double batch) const override {
+    if (h_.kind == DeviceKind::gpu || !ref_.calibration.engine) return 0;
+    const double clock = ref_.hardware.base_ghz > 0 && h_.base_ghz > 0 ? ref_.hardware.base_ghz / h_.base_ghz : 1.0;
+    const double tokens = std::clamp(batch, 1.0, kPrefillChunk);
+    const double there = std::min(tokens, static_cast<double>(std::max(1U, ref_.calibration.threads)));
+    const double here = std::min(tokens, static_cast<double>(std::max(1, h_.cores * devices_)));
+    const EngineOverheads& e = *ref_.calibration.engine;
+    return clock * (work.calls * e.seconds_per_call + work.token_layer_dims * e.seconds_per_token_layer_dim * there / here);
   }
 
   double stream_gbs() const override { return stream_; }
@@ -371,13 +387,30 @@ MemoryFit memory_fit(const Architecture& a, const WeightInventory& w, const Work
   return m;
 }
 
+namespace {
+
+// What takes the largest part of a decode step of `step` seconds. The bytes' time overlaps the
+// products' operations, so compute is what neither the bytes nor the fixed costs explain.
+std::string bottleneck_of(const ForecastRow& r, double step) {
+  if (!r.memory.fits()) return "capacity";
+  const double bytes = r.bandwidth_share * step;
+  const std::pair<double, const char*> parts[] = {{bytes, "bandwidth"},
+                                                  {r.decode_launch_seconds, "latency"},
+                                                  {r.decode_overhead_seconds, "overhead"},
+                                                  {step - bytes - r.decode_launch_seconds - r.decode_overhead_seconds, "compute"}};
+  return std::max_element(std::begin(parts), std::end(parts), [](const auto& x, const auto& y) { return x.first < y.first; })->second;
+}
+
+}  // namespace
+
 ForecastRow forecast_row(const Architecture& a, const WeightInventory& w, const Performance& p, const Workload& load, int users,
                          double memory_available) {
   ForecastRow r;
   r.users = users;
   const double b = users;
   const auto kv_per_token = kv_bytes_per_token(a, load.kv_element_bytes);
-  const auto [matrix, other, kv_bytes] = decode_step(a, w, p, b, load.prompt + load.gen / 2.0, load.kv_element_bytes);
+  const double context = load.prompt + load.gen / 2.0;
+  const auto [matrix, other, kv_bytes] = decode_step(a, w, p, b, context, load.kv_element_bytes);
   const double step = matrix + other;
   const double step_bytes = w.step_weight_bytes(a, b) + kv_bytes;
   const double band = p.relative_band(matrix, other, step_bytes / (p.stream_gbs() * 1e9));
@@ -403,8 +436,8 @@ ForecastRow forecast_row(const Architecture& a, const WeightInventory& w, const 
   r.step_bytes = step_bytes;
   r.bandwidth_share = r.step_bytes / (p.stream_gbs() * 1e9) / step;
   r.memory = memory_fit(a, w, load, users, memory_available);
-  const bool launches = r.decode_launch_seconds >= 0.5 * step;
-  r.bottleneck = !r.memory.fits() ? "capacity" : r.bandwidth_share >= 0.5 ? "bandwidth" : launches ? "latency" : "compute";
+  r.decode_overhead_seconds = p.overhead_seconds(decode_work(a, b, context, static_cast<double>(load.kv_element_bytes)), b);
+  r.bottleneck = bottleneck_of(r, step);
   return r;
 }
 

@@ -46,6 +46,10 @@ class Performance {
   // The part of a decode step that is neither bytes nor operations: a GPU's kernel launches and
   // synchronization (included in other_seconds).
   [[nodiscard]] virtual double launch_seconds(const Architecture&) const { return 0; }
+  // The engine's fixed costs within other_seconds: starts of the thread team and the per-token
+  // work between the products (RMSNorm, RoPE, SwiGLU, the residual, MoE routing); a step of
+  // `batch` tokens. None on a GPU, whose fixed costs are its launches.
+  [[nodiscard]] virtual double overhead_seconds(const StepWork&, double /*batch*/) const { return 0; }
 };
 
 // This machine, from its calibration.
@@ -125,8 +129,12 @@ struct ForecastRow {
   double prefill_high = 0;
   double ttft_seconds = 0;
   double step_bytes = 0;
+  double decode_overhead_seconds = 0;  // of which the engine's team starts and per-token work
   double bandwidth_share = 0;     // time the bytes need at streaming bandwidth / step time
-  std::string bottleneck;         // "bandwidth", "latency", "compute" or "capacity"
+  // "capacity" when it does not fit, else what takes the largest part of a decode step:
+  // "bandwidth" (its bytes at streaming bandwidth), "latency" (a GPU's launches), "overhead"
+  // (the engine's team starts and per-token work) or "compute" (the rest).
+  std::string bottleneck;
   MemoryFit memory;
 };
 

@@ -520,6 +520,57 @@ TEST(Forecast, DescribedGpuDecodeIsItsStreamingBandwidthAndSplitsAcrossDevices) 
   EXPECT_GT(cpu->stream_gbs(), 0.5 * epyc.bandwidth_gbs);
 }
 
+// The engine splits a step's per-token work among its threads by token, so a described CPU
+// with more cores than the reference does a batch's in fewer seconds; one token runs inline on
+// either. Team starts scale by clock alone.
+TEST(Forecast, ADescribedCpuSplitsABatchsPerTokenWorkAmongItsCores) {
+  const Reference ref{synthetic_cpu(), synthetic_calibration(), "a test calibration"};
+  Hardware many = synthetic_cpu();
+  many.cores = 16;
+  const auto a = *find_catalog_model("llama-3.1-8b");
+  const auto p = described_performance(many, ref, 1);
+  const EngineOverheads& e = *ref.calibration.engine;
+  for (double batch : {1.0, 2.0, 8.0, 16.0, 64.0}) {
+    const StepWork work = decode_work(a, batch, 300);
+    const double busy_there = std::min(batch, 2.0);
+    const double busy_here = std::min(batch, 16.0);
+    const double expected = work.calls * e.seconds_per_call + work.token_layer_dims * e.seconds_per_token_layer_dim * busy_there / busy_here;
+    EXPECT_NEAR(p->overhead_seconds(work, batch), expected, 1e-12 * expected) << batch;
+  }
+  // A prompt keeps as many threads busy as a chunk has tokens.
+  const StepWork prompt = prefill_work(a, 2048);
+  EXPECT_NEAR(p->overhead_seconds(prompt, 2048),
+              prompt.calls * e.seconds_per_call + prompt.token_layer_dims * e.seconds_per_token_layer_dim * 2 / 16, 1e-15);
+  // At half the clock everything takes twice as long; a GPU has no engine overheads.
+  Hardware slow = many;
+  slow.base_ghz = many.base_ghz / 2;
+  const StepWork work = decode_work(a, 8, 300);
+  EXPECT_NEAR(described_performance(slow, ref, 1)->overhead_seconds(work, 8), 2 * p->overhead_seconds(work, 8), 1e-15);
+  EXPECT_EQ(described_performance(*find_catalog_hardware("h100-sxm"), ref, 1)->overhead_seconds(work, 8), 0);
+}
+
+// The bottleneck names the largest part of a decode step: its bytes at streaming bandwidth, the
+// engine's fixed costs, or the operations (what neither explains). Once a step dominated by
+// overheads was called "compute".
+TEST(Forecast, TheBottleneckIsTheLargestPartOfAStep) {
+  const auto a = *find_catalog_model("tinyllama-1.1b");
+  const WeightInventory w = weight_inventory(a, parse_quantization("Q4_0"));
+  Workload load;
+  load.prompt = 100;
+  load.gen = 20;
+  Calibration slow_starts = synthetic_calibration(20, 0.0);
+  slow_starts.engine->seconds_per_call = 1e-3;
+  const ForecastRow overhead = forecast_row(a, w, *measured_performance(slow_starts), load, 4, 64e9);
+  EXPECT_EQ(overhead.bottleneck, "overhead");
+  EXPECT_GT(overhead.decode_overhead_seconds, 0.5 / overhead.decode_tps_per_user);
+  EXPECT_NEAR(overhead.decode_overhead_seconds, slow_starts.engine->seconds({decode_work(a, 4, 110).calls, decode_work(a, 4, 110).token_layer_dims, 0, 0, 0}),
+              1e-12);
+  // Products whose time grows with the batch far past their bytes' are compute-bound.
+  const ForecastRow compute = forecast_row(a, w, *measured_performance(synthetic_calibration(20, 1.0)), load, 64, 64e9);
+  EXPECT_EQ(compute.bottleneck, "compute");
+  EXPECT_EQ(forecast_row(a, w, *measured_performance(synthetic_calibration(20, 0.0)), load, 1, 64e9).bottleneck, "bandwidth");
+}
+
 // A described CPU's compute comes from the reference's fraction of the peak of the family its
 // kernels ran on: INT8 on the vector units for the interleaved and VNNI kernels of the block
 // formats, FP32 for the float kernels the AVX-512 table names "avx512_vnni", the BF16 dot for
