@@ -157,7 +157,11 @@ class DescribedPerformance final : public Performance {
       return s;
     }
     s += overhead_seconds(work, batch);
-    s += (work.attention_ops + work.decode_attention_ops) / (h_.peak_fp32_gflops * 1e9 * fp32_fraction());
+    // Attention runs one task per token and KV head: a decode step of a few users keeps only
+    // that many cores busy.
+    const double cores = std::max(1, h_.cores * devices_);
+    const double tasks = std::clamp(batch, 1.0, kPrefillChunk) * std::max(1, a.kv_heads);
+    s += (work.attention_ops + work.decode_attention_ops) / (h_.peak_fp32_gflops * 1e9 * fp32_fraction() * std::min(1.0, tasks / cores));
     return s;
   }
 
