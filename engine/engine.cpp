@@ -154,6 +154,12 @@ void prefetch_to_l2(const std::uint8_t* p, std::size_t bytes) {
 
 }  // namespace
 
+std::size_t attention_parts(std::size_t whole_tasks, std::size_t positions, unsigned threads) {
+  if (whole_tasks == 0 || whole_tasks >= threads) return 1;
+  const std::size_t wanted = (threads + whole_tasks - 1) / whole_tasks;
+  return std::clamp<std::size_t>(positions / kMinAttentionPart, 1, wanted);
+}
+
 double parallel_operations(int dense_layers, int moe_layers, double tokens, double experts_touched, bool logits) {
   const bool batched = tokens > 1;
   // Per layer: Q/K/V, attention, the output projection; RMSNorm, the cache writes and the
@@ -400,6 +406,36 @@ void Engine::store_token(int l, const StepToken& token, int position, std::size_
   }
 }
 
+void Engine::plan_attention(std::span<const StepToken> tokens, const std::vector<int>& positions) {
+  const auto kv_heads = static_cast<std::uint32_t>(cfg_.kv_heads);
+  const std::size_t whole = tokens.size() * kv_heads;
+  const unsigned members = ctx_.threads();
+  attention_tasks_.clear();
+  attention_merges_.clear();
+  std::uint32_t parts_so_far = 0;
+  for (std::uint32_t t = 0; t < tokens.size(); ++t) {
+    const auto len = static_cast<std::uint32_t>(positions[t] + 1);
+    const std::size_t parts = attention_parts(whole, len, members);
+    // Parts of whole blocks, so that each starts at a block of keys.
+    const auto step = static_cast<std::uint32_t>((len / parts + kKvBlockTokens - 1) / kKvBlockTokens * kKvBlockTokens);
+    for (std::uint32_t g = 0; g < kv_heads; ++g) {
+      if (parts == 1) {
+        attention_tasks_.push_back({t, g, 0, len, kWholeTask});
+        continue;
+      }
+      attention_merges_.push_back({t, g, parts_so_far, 0});
+      for (std::uint32_t first = 0; first < len; first += step) {
+        attention_tasks_.push_back({t, g, first, std::min(len, first + step), parts_so_far++});
+        ++attention_merges_.back().parts;
+      }
+    }
+  }
+  const auto group = static_cast<std::size_t>(cfg_.heads / cfg_.kv_heads);
+  fit(part_out_, parts_so_far * group * static_cast<std::size_t>(cfg_.head_dim));
+  fit(part_max_, parts_so_far * group);
+  fit(part_sum_, parts_so_far * group);
+}
+
 void Engine::attention(int layer, std::span<const StepToken> tokens, const std::vector<int>& positions) {
   const auto qd = static_cast<std::size_t>(cfg_.q_dim());
   const auto hd = static_cast<std::size_t>(cfg_.head_dim);
@@ -407,20 +443,23 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
   const float scale = 1.0F / std::sqrt(static_cast<float>(cfg_.head_dim));
   const int max_len = *std::max_element(positions.begin(), positions.end()) + 1;
   for (auto& s : scores_) fit(s, group * static_cast<std::size_t>(max_len));
-  // One task per (token, KV head): its query heads share every key and value it loads. Tasks
-  // are dealt round-robin because a prompt's later tokens attend to more positions.
-  const std::size_t tasks = tokens.size() * static_cast<std::size_t>(cfg_.kv_heads);
+  // A task is a token, a KV head and a run of its positions: its query heads share every key
+  // and value it loads. Tasks are dealt round-robin because a prompt's later tokens attend to
+  // more positions.
+  plan_attention(tokens, positions);
+  const std::size_t tasks = attention_tasks_.size();
   const unsigned members = ctx_.threads();
   const bool f32 = kv_type_ == GgmlType::f32;
   const std::size_t block_bytes = kKvBlockTokens * hd * kv_elem_bytes_;
-  const auto kv_heads = static_cast<std::size_t>(cfg_.kv_heads);
-  // Longer contexts than kPrefetchBytes covers stream behind the hardware prefetcher.
+  // Longer runs than kPrefetchBytes covers stream behind the hardware prefetcher.
   const auto prefetch_task = [&](std::size_t task) {
-    const Sequence& s = sequences_[static_cast<std::size_t>(tokens[task / kv_heads].sequence)];
-    const int g = static_cast<int>(task % kv_heads);
-    const auto len = static_cast<std::size_t>(positions[task / kv_heads] + 1);
-    const std::size_t blocks = std::min((len + kKvBlockTokens - 1) / kKvBlockTokens, kPrefetchBytes / (2 * block_bytes));
-    for (std::size_t b = 0; b < blocks; ++b) {
+    const AttentionTask& a = attention_tasks_[task];
+    const Sequence& s = sequences_[static_cast<std::size_t>(tokens[a.token].sequence)];
+    const int g = static_cast<int>(a.kv_head);
+    const std::size_t first = a.first / kKvBlockTokens;
+    const std::size_t last = (a.last + kKvBlockTokens - 1) / kKvBlockTokens;
+    const std::size_t end = std::min(last, first + kPrefetchBytes / (2 * block_bytes));
+    for (std::size_t b = first; b < end; ++b) {
       prefetch_to_l2(kv_rows(s.blocks[b], layer, false, g), block_bytes);
       prefetch_to_l2(kv_rows(s.blocks[b], layer, true, g), block_bytes);
     }
@@ -432,22 +471,49 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
     for (std::size_t task = member; task < tasks; task += members) {
       // The next task's cache lines arrive while this one computes.
       if (task + members < tasks) prefetch_task(task + members);
-      const std::size_t t = task / kv_heads;
-      const int g = static_cast<int>(task % kv_heads);
-      const Sequence& s = sequences_[static_cast<std::size_t>(tokens[t].sequence)];
-      const auto len = static_cast<std::size_t>(positions[t] + 1);
-      const float* q = &q_[t * qd + static_cast<std::size_t>(g) * group * hd];
-      float* out = &att_[t * qd + static_cast<std::size_t>(g) * group * hd];
+      const AttentionTask& a = attention_tasks_[task];
+      const int g = static_cast<int>(a.kv_head);
+      const Sequence& s = sequences_[static_cast<std::size_t>(tokens[a.token].sequence)];
+      const std::size_t block0 = a.first / kKvBlockTokens;
+      const float* q = &q_[a.token * qd + static_cast<std::size_t>(g) * group * hd];
+      const bool whole = a.part == kWholeTask;
+      float* out = whole ? &att_[a.token * qd + static_cast<std::size_t>(g) * group * hd] : &part_out_[a.part * group * hd];
+      float* top = whole ? nullptr : &part_max_[a.part * group];
+      float* sum = whole ? nullptr : &part_sum_[a.part * group];
       const auto run = [&]<class T>(T*) {
         attend<T>(
-            vec_, q, group, hd, len, scale,
-            [&](std::size_t b) { return reinterpret_cast<const T*>(kv_rows(s.blocks[b], layer, false, g)); },
-            [&](std::size_t b) { return reinterpret_cast<const T*>(kv_rows(s.blocks[b], layer, true, g)); }, scores, out);
+            vec_, q, group, hd, a.last - a.first, scale,
+            [&](std::size_t b) { return reinterpret_cast<const T*>(kv_rows(s.blocks[block0 + b], layer, false, g)); },
+            [&](std::size_t b) { return reinterpret_cast<const T*>(kv_rows(s.blocks[block0 + b], layer, true, g)); }, scores, out,
+            top, sum);
       };
       if (f32) {
         run(static_cast<float*>(nullptr));
       } else {
         run(static_cast<std::uint16_t*>(nullptr));
+      }
+    }
+    if (attention_merges_.empty()) return;
+    ctx_.pool().barrier();
+    // softmax over all positions = each part's softmax weighted by its share of the exp sum.
+    for (std::size_t i = member; i < attention_merges_.size(); i += members) {
+      const AttentionMerge& m = attention_merges_[i];
+      float* out = &att_[m.token * qd + static_cast<std::size_t>(m.kv_head) * group * hd];
+      for (std::size_t h = 0; h < group; ++h) {
+        float top = -INFINITY;
+        for (std::uint32_t p = m.first_part; p < m.first_part + m.parts; ++p) top = std::max(top, part_max_[p * group + h]);
+        double total = 0;
+        for (std::uint32_t p = m.first_part; p < m.first_part + m.parts; ++p) {
+          total += static_cast<double>(part_sum_[p * group + h]) * std::exp(static_cast<double>(part_max_[p * group + h] - top));
+        }
+        float* o = out + h * hd;
+        std::fill(o, o + hd, 0.0F);
+        for (std::uint32_t p = m.first_part; p < m.first_part + m.parts; ++p) {
+          const double exp_sum = static_cast<double>(part_sum_[p * group + h]) * std::exp(static_cast<double>(part_max_[p * group + h] - top));
+          const auto share = static_cast<float>(exp_sum / total);
+          const float* part = &part_out_[(p * group + h) * hd];
+          for (std::size_t e = 0; e < hd; ++e) o[e] += share * part[e];
+        }
       }
     }
   });

@@ -79,6 +79,12 @@ void accumulate(std::vector<ProductTime>& into, const std::vector<ProductTime>& 
 inline constexpr int kKvBlockTokens = 16;
 static_assert(kKvBlockTokens == kKeyBlock, "a KV block is one block of keys for dot_keys");
 
+// Attention runs one task per token and KV head. With fewer such `whole_tasks` than threads (one
+// user of a model with few KV heads), a token's cache of `positions` is cut into this many
+// parts, each of at least kMinAttentionPart positions, which threads take apart and merge after.
+inline constexpr std::size_t kMinAttentionPart = 256;
+std::size_t attention_parts(std::size_t whole_tasks, std::size_t positions, unsigned threads);
+
 class Engine {
  public:
   Engine(const Model& model, const EngineOptions& options);
@@ -132,6 +138,8 @@ class Engine {
   std::uint8_t* kv_rows(int block, int layer, bool value, int kv_head);
   void store_token(int layer, const StepToken& token, int position, std::size_t t);
   void attention(int layer, std::span<const StepToken> tokens, const std::vector<int>& positions);
+  // Fills attention_tasks_ (and attention_merges_ for caches cut into parts) for a step.
+  void plan_attention(std::span<const StepToken> tokens, const std::vector<int>& positions);
   void feed_forward(const LayerWeights& w, std::size_t n);
   void mixture(const LayerWeights& w, std::size_t n);
   // Sizes and touches every buffer a step over `tokens` tokens uses (see EngineOptions).
@@ -169,6 +177,18 @@ class Engine {
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, router_;
   std::vector<float> rope_cos_, rope_sin_;
   std::vector<std::vector<float>> scores_;  // per thread
+  // Attention's tasks: positions [first, last) of a token's KV head, into att_ when whole, else
+  // into part `part` of the part_ buffers, which a merge of the token and head then combines.
+  static constexpr std::uint32_t kWholeTask = ~0U;
+  struct AttentionTask {
+    std::uint32_t token, kv_head, first, last, part;
+  };
+  struct AttentionMerge {
+    std::uint32_t token, kv_head, first_part, parts;
+  };
+  std::vector<AttentionTask> attention_tasks_;
+  std::vector<AttentionMerge> attention_merges_;
+  std::vector<float> part_out_, part_max_, part_sum_;  // per part: group x head_dim; group; group
   // A MoE layer's routed rows, expert after expert (k rows per token).
   std::vector<float> expert_in_, expert_gate_, expert_up_, expert_out_;
   // Token t's choices are c = t x k + i: the expert, its weight and the row it was gathered to.

@@ -90,9 +90,12 @@ const VecOps& vec_ops(IsaLevel level);
 // of element type T: float or F16 bits). `key_block(b)` and `value_block(b)` give block b's
 // data, so the engine's block tables and a benchmark's flat arrays both serve. Scores go to
 // `scores` (heads x len), the weighted sums of the values to `out` (heads x n).
+// With `max_score` and `exp_sum` (heads each) it also gives each head's largest score m and
+// sum of exp(score - m): what merging it with attention over other positions needs.
 template <class T, class KeyBlock, class ValueBlock>
 void attend(const VecOps& ops, const float* q, std::size_t heads, std::size_t n, std::size_t len, float scale,
-            KeyBlock&& key_block, ValueBlock&& value_block, float* scores, float* out) {
+            KeyBlock&& key_block, ValueBlock&& value_block, float* scores, float* out, float* max_score = nullptr,
+            float* exp_sum = nullptr) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, std::uint16_t>, "an F32 or F16 cache");
   constexpr bool kF32 = std::is_same_v<T, float>;
   for (std::size_t j0 = 0; j0 < len; j0 += kKeyBlock) {
@@ -105,7 +108,18 @@ void attend(const VecOps& ops, const float* q, std::size_t heads, std::size_t n,
       ops.dot_keys_f16(keys, count, q, heads, n, scale, scores + j0, len);
     }
   }
-  for (std::size_t h = 0; h < heads; ++h) ops.softmax(scores + h * len, len);
+  for (std::size_t h = 0; h < heads; ++h) {
+    float* row = scores + h * len;
+    if (max_score == nullptr) {
+      ops.softmax(row, len);
+      continue;
+    }
+    // The largest score's probability is exp(0) / sum: the sum without another pass of exp.
+    const std::size_t top = static_cast<std::size_t>(std::max_element(row, row + len) - row);
+    max_score[h] = row[top];
+    ops.softmax(row, len);
+    exp_sum[h] = 1.0F / row[top];
+  }
   std::fill(out, out + heads * n, 0.0F);
   for (std::size_t j0 = 0; j0 < len; j0 += kKeyBlock) {
     const std::size_t count = std::min(kKeyBlock, len - j0);

@@ -178,6 +178,57 @@ TEST(Engine, LongPromptOnBf16TilesMatchesTheExactReference) {
   }
 }
 
+// One user of a model with one KV head gives a decode step's attention a single task: with two
+// threads its cache is cut into two parts whose softmaxes are merged, which must give what one
+// pass over the whole cache gives.
+TEST(Engine, AttentionCutsACacheOnlyForIdleThreads) {
+  EXPECT_EQ(attention_parts(8, 100000, 8), 1U);     // every thread has a task already
+  EXPECT_EQ(attention_parts(1, 255, 2), 1U);        // too short to be worth a merge
+  EXPECT_EQ(attention_parts(1, 701, 2), 2U);
+  EXPECT_EQ(attention_parts(2, 4096, 16), 8U);
+  EXPECT_EQ(attention_parts(2, 1024, 16), 4U);      // parts of at least kMinAttentionPart
+  EXPECT_EQ(attention_parts(3, 100000, 16), 6U);    // 18 tasks for 16 threads
+}
+
+TEST(Engine, AOneUserCacheCutIntoPartsMatchesOnePass) {
+  GenerateOptions o;
+  o.shape = tiny_shape();
+  o.shape.heads = 4;
+  o.shape.kv_heads = 1;
+  o.shape.context = 1024;
+  o.quant = "F32";
+  o.seed = 9;
+  o.threads = 1;
+  const std::string path = temp_path("mqa-f32.gguf");
+  generate_model(o, path);
+  const Model m = Model::load(path);
+  std::filesystem::remove(path);
+  const auto tokens = prompt_tokens(701, m.config().vocab);
+  const auto decode_logits = [&](unsigned threads) {
+    Engine e(m, options(threads, GgmlType::f32, 1024));
+    const int s = e.add_sequence();
+    std::vector<StepToken> step;
+    for (std::size_t i = 0; i + 1 < tokens.size(); ++i) step.push_back({s, tokens[i], false});
+    std::vector<float> logits;
+    e.step(step, logits);
+    e.step(std::vector<StepToken>{{s, tokens.back(), true}}, logits);  // 701 positions: two parts
+    return logits;
+  };
+  const std::vector<float> one = decode_logits(1);  // one thread: one pass
+  const std::vector<float> two = decode_logits(2);
+  ASSERT_EQ(one.size(), two.size());
+  double worst = 0;
+  double largest = 0;
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    worst = std::max(worst, static_cast<double>(std::abs(one[i] - two[i])));
+    largest = std::max(largest, static_cast<double>(std::abs(one[i])));
+  }
+  EXPECT_LT(worst, 1e-4 * largest);
+  const auto ref = reference_logits(m, tokens);
+  const auto vocab = static_cast<std::size_t>(m.config().vocab);
+  EXPECT_GE(cosine(two.data(), &ref[(tokens.size() - 1) * vocab], vocab), 0.99999);
+}
+
 TEST(Engine, Q8_0GreedyTokensMatchTheReferenceOver32Steps) {
   const Model& m = tiny_model("Q8_0");
   const int vocab = m.config().vocab;
