@@ -234,7 +234,7 @@ double Calibration::relative_band(double matrix_seconds, double other_seconds, d
 
 StepWork decode_work(const Architecture& a, double batch, double context, double kv_element_bytes) {
   const double kv_bytes = batch * context * static_cast<double>(kv_bytes_per_token(a, 1)) * kv_element_bytes;
-  return {step_calls(a, batch, true), batch * a.layers * a.dim, 0, batch * attention_ops_per_token(a, context), kv_bytes, true};
+  return {step_calls(a, batch, true), batch * a.layers * a.dim, 0, batch * attention_ops_per_token(a, context), kv_bytes, true, context};
 }
 
 StepWork prefill_work(const Architecture& a, double tokens) {

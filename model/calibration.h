@@ -49,6 +49,7 @@ struct StepWork {
   double decode_attention_ops = 0;  // decode (not fitted: described machines)
   double decode_kv_bytes = 0;       // KV cache bytes a decode step reads
   bool decode = false;              // a decode step (else a prompt's prefill)
+  double context = 0;               // positions each decode token attends to
 };
 
 struct EngineOverheads {

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/engine.h"
 #include "kernels/formats.h"
 #include "kernels/measure.h"
 #include "model/catalog.h"
@@ -157,10 +158,15 @@ class DescribedPerformance final : public Performance {
       return s;
     }
     s += overhead_seconds(work, batch);
-    // Attention runs one task per token and KV head: a decode step of a few users keeps only
-    // that many cores busy.
-    const double cores = std::max(1, h_.cores * devices_);
-    const double tasks = std::clamp(batch, 1.0, kPrefillChunk) * std::max(1, a.kv_heads);
+    // Attention runs one task per token and KV head, a decode token's long cache cut into parts
+    // when there are fewer than threads: a step of one user with a short cache keeps only that
+    // many cores busy.
+    const int cores = std::max(1, h_.cores * devices_);
+    const double whole = std::clamp(batch, 1.0, kPrefillChunk) * std::max(1, a.kv_heads);
+    const double parts = work.decode ? static_cast<double>(attention_parts(static_cast<std::size_t>(whole),
+                                                                           static_cast<std::size_t>(work.context), static_cast<unsigned>(cores)))
+                                     : 1.0;
+    const double tasks = whole * parts;
     s += (work.attention_ops + work.decode_attention_ops) / (h_.peak_fp32_gflops * 1e9 * fp32_fraction() * std::min(1.0, tasks / cores));
     return s;
   }
