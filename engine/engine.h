@@ -82,7 +82,9 @@ static_assert(kKvBlockTokens == kKeyBlock, "a KV block is one block of keys for 
 // Attention runs one task per token and KV head. With fewer such `whole_tasks` than threads (one
 // user of a model with few KV heads), a token's cache of `positions` is cut into this many
 // parts, each of at least kMinAttentionPart positions, which threads take apart and merge after.
-inline constexpr std::size_t kMinAttentionPart = 256;
+// Parts of 64 positions still paid here: one user of a one-KV-head model at 300 positions spent
+// 0.71 of the attention time with parts of 64 that it did with none (docs/PERFORMANCE.md).
+inline constexpr std::size_t kMinAttentionPart = 64;
 std::size_t attention_parts(std::size_t whole_tasks, std::size_t positions, unsigned threads);
 
 class Engine {

@@ -183,10 +183,10 @@ TEST(Engine, LongPromptOnBf16TilesMatchesTheExactReference) {
 // pass over the whole cache gives.
 TEST(Engine, AttentionCutsACacheOnlyForIdleThreads) {
   EXPECT_EQ(attention_parts(8, 100000, 8), 1U);     // every thread has a task already
-  EXPECT_EQ(attention_parts(1, 255, 2), 1U);        // too short to be worth a merge
+  EXPECT_EQ(attention_parts(1, 2 * kMinAttentionPart - 1, 2), 1U);  // too short to be worth a merge
   EXPECT_EQ(attention_parts(1, 701, 2), 2U);
   EXPECT_EQ(attention_parts(2, 4096, 16), 8U);
-  EXPECT_EQ(attention_parts(2, 1024, 16), 4U);      // parts of at least kMinAttentionPart
+  EXPECT_EQ(attention_parts(2, 4 * kMinAttentionPart, 16), 4U);  // parts of at least kMinAttentionPart
   EXPECT_EQ(attention_parts(3, 100000, 16), 6U);    // 18 tasks for 16 threads
 }
 

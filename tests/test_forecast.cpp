@@ -547,14 +547,15 @@ TEST(Forecast, ADescribedCpuSplitsABatchsPerTokenWorkAmongItsCores) {
   const StepWork work = decode_work(a, 8, 300);
   EXPECT_NEAR(described_performance(slow, ref, 1)->overhead_seconds(work, 8), 2 * p->overhead_seconds(work, 8), 1e-15);
   EXPECT_EQ(described_performance(*find_catalog_hardware("h100-sxm"), ref, 1)->overhead_seconds(work, 8), 0);
-  // Attention is one task per token and KV head (8 here): one user keeps 8 of the 16 cores busy.
+  // Attention is one task per token and KV head (8 here): one user with a short cache keeps 8 of
+  // the 16 cores busy.
   const auto attention_per_op = [&](double batch, double context) {
     const StepWork w = decode_work(a, batch, context);
     const double kv = batch * context * static_cast<double>(kv_bytes_per_token(a, 2));
     return (p->other_seconds(a, w, kv, batch) - p->overhead_seconds(w, batch) - kv / (p->stream_gbs() * 1e9)) / w.decode_attention_ops;
   };
-  EXPECT_NEAR(attention_per_op(1, 300), 2 * attention_per_op(2, 300), 1e-9 * attention_per_op(1, 300));
-  EXPECT_NEAR(attention_per_op(4, 300), attention_per_op(2, 300), 1e-9 * attention_per_op(1, 300));
+  EXPECT_NEAR(attention_per_op(1, 100), 2 * attention_per_op(2, 100), 1e-9 * attention_per_op(1, 100));
+  EXPECT_NEAR(attention_per_op(4, 100), attention_per_op(2, 100), 1e-9 * attention_per_op(1, 100));
   // A cache of 4096 positions is cut in two parts for the other 8 cores.
   EXPECT_NEAR(attention_per_op(1, 4096), attention_per_op(2, 4096), 1e-9 * attention_per_op(1, 4096));
 }
