@@ -315,6 +315,7 @@ void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits)
     rope_angles(positions[t], cfg_.head_dim, cfg_.rope_base, &rope_cos_[t * half], &rope_sin_[t * half]);
   }
   step_weight_bytes_ += model_.embedding().bytes / static_cast<std::uint64_t>(cfg_.vocab) * n;
+  plan_attention(tokens, positions);
 
   for (int l = 0; l < cfg_.layers; ++l) {
     const LayerWeights& w = model_.layers()[static_cast<std::size_t>(l)];
@@ -443,10 +444,9 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
   const float scale = 1.0F / std::sqrt(static_cast<float>(cfg_.head_dim));
   const int max_len = *std::max_element(positions.begin(), positions.end()) + 1;
   for (auto& s : scores_) fit(s, group * static_cast<std::size_t>(max_len));
-  // A task is a token, a KV head and a run of its positions: its query heads share every key
-  // and value it loads. Tasks are dealt round-robin because a prompt's later tokens attend to
-  // more positions.
-  plan_attention(tokens, positions);
+  // A task is a token, a KV head and a run of its positions (planned once per step): its query
+  // heads share every key and value it loads. Tasks are dealt round-robin because a prompt's
+  // later tokens attend to more positions.
   const std::size_t tasks = attention_tasks_.size();
   const unsigned members = ctx_.threads();
   const bool f32 = kv_type_ == GgmlType::f32;

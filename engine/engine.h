@@ -140,7 +140,8 @@ class Engine {
   std::uint8_t* kv_rows(int block, int layer, bool value, int kv_head);
   void store_token(int layer, const StepToken& token, int position, std::size_t t);
   void attention(int layer, std::span<const StepToken> tokens, const std::vector<int>& positions);
-  // Fills attention_tasks_ (and attention_merges_ for caches cut into parts) for a step.
+  // Fills attention_tasks_ (and attention_merges_ for caches cut into parts) for a step; every
+  // layer runs the same tasks.
   void plan_attention(std::span<const StepToken> tokens, const std::vector<int>& positions);
   void feed_forward(const LayerWeights& w, std::size_t n);
   void mixture(const LayerWeights& w, std::size_t n);
