@@ -502,15 +502,17 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
       for (std::size_t h = 0; h < group; ++h) {
         float top = -INFINITY;
         for (std::uint32_t p = m.first_part; p < m.first_part + m.parts; ++p) top = std::max(top, part_max_[p * group + h]);
+        // Each part's exp sum rescaled to the common largest score, in place: read once below.
         double total = 0;
         for (std::uint32_t p = m.first_part; p < m.first_part + m.parts; ++p) {
-          total += static_cast<double>(part_sum_[p * group + h]) * std::exp(static_cast<double>(part_max_[p * group + h] - top));
+          float& exp_sum = part_sum_[p * group + h];
+          exp_sum = static_cast<float>(static_cast<double>(exp_sum) * std::exp(static_cast<double>(part_max_[p * group + h] - top)));
+          total += static_cast<double>(exp_sum);
         }
         float* o = out + h * hd;
         std::fill(o, o + hd, 0.0F);
         for (std::uint32_t p = m.first_part; p < m.first_part + m.parts; ++p) {
-          const double exp_sum = static_cast<double>(part_sum_[p * group + h]) * std::exp(static_cast<double>(part_max_[p * group + h] - top));
-          const auto share = static_cast<float>(exp_sum / total);
+          const auto share = static_cast<float>(static_cast<double>(part_sum_[p * group + h]) / total);
           const float* part = &part_out_[(p * group + h) * hd];
           for (std::size_t e = 0; e < hd; ++e) o[e] += share * part[e];
         }

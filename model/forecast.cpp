@@ -298,6 +298,7 @@ struct DecodeStep {
   double matrix = 0;
   double other = 0;
   double kv_bytes = 0;
+  double overhead = 0;  // of `other`: the engine's team starts and per-token work
 };
 
 DecodeStep decode_step(const Architecture& a, const WeightInventory& w, const Performance& p, double batch, double context,
@@ -305,7 +306,9 @@ DecodeStep decode_step(const Architecture& a, const WeightInventory& w, const Pe
   DecodeStep d;
   d.kv_bytes = batch * context * static_cast<double>(kv_bytes_per_token(a, kv_element_bytes));
   d.matrix = p.matrix_seconds(a, w, batch, batch);
-  d.other = p.other_seconds(a, decode_work(a, batch, context, static_cast<double>(kv_element_bytes)), d.kv_bytes, batch);
+  const StepWork work = decode_work(a, batch, context, static_cast<double>(kv_element_bytes));
+  d.other = p.other_seconds(a, work, d.kv_bytes, batch);
+  d.overhead = p.overhead_seconds(work, batch);
   return d;
 }
 
@@ -419,8 +422,7 @@ ForecastRow forecast_row(const Architecture& a, const WeightInventory& w, const 
   r.users = users;
   const double b = users;
   const auto kv_per_token = kv_bytes_per_token(a, load.kv_element_bytes);
-  const double context = load.prompt + load.gen / 2.0;
-  const auto [matrix, other, kv_bytes] = decode_step(a, w, p, b, context, load.kv_element_bytes);
+  const auto [matrix, other, kv_bytes, overhead] = decode_step(a, w, p, b, load.prompt + load.gen / 2.0, load.kv_element_bytes);
   const double step = matrix + other;
   const double step_bytes = w.step_weight_bytes(a, b) + kv_bytes;
   const double band = p.relative_band(matrix, other, step_bytes / (p.stream_gbs() * 1e9));
@@ -446,7 +448,7 @@ ForecastRow forecast_row(const Architecture& a, const WeightInventory& w, const 
   r.step_bytes = step_bytes;
   r.bandwidth_share = r.step_bytes / (p.stream_gbs() * 1e9) / step;
   r.memory = memory_fit(a, w, load, users, memory_available);
-  r.decode_overhead_seconds = p.overhead_seconds(decode_work(a, b, context, static_cast<double>(load.kv_element_bytes)), b);
+  r.decode_overhead_seconds = overhead;
   r.bottleneck = bottleneck_of(r, step);
   return r;
 }
