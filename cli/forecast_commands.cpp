@@ -82,10 +82,12 @@ void print_calibration(const Calibration& c) {
   }
   if (c.engine) {
     fmt::print("\n  engine overheads (fitted to the time outside matrix products in the runs below, relative RMS {:.1f}%): "
-               "{:.1f} us per parallel operation, {:.3f} ns per token x layer x dimension, {:.4f} ns per attention operation "
+               "{:.1f} us per parallel operation, {:.3f} ns per token x layer x dimension, {}, {:.4f} ns per attention operation "
                "in prefill, {:.4f} ns per KV cache byte in decode\n"
                "  the curves' matrix time against the engine's measured matrix time in those runs: {:.1f}% RMS\n",
                100 * c.engine->residual, 1e6 * c.engine->seconds_per_call, 1e9 * c.engine->seconds_per_token_layer_dim,
+               c.engine->routed_rows_fitted ? fmt::format("{:.3f} ns per MoE routed row x dimension", 1e9 * c.engine->seconds_per_routed_row_dim)
+                                            : std::string("MoE routed rows not fitted (an older calibration)"),
                1e9 * c.engine->seconds_per_attention_op, 1e9 * c.engine->seconds_per_decode_kv_byte, 100 * c.matrix_residual);
     // The engine's matrix time over the curves', per run: which runs the sweep stood for badly.
     const auto over_curves = [](double measured, double curve) { return curve > 0 ? fmt::format("{:.2f}x", measured / curve) : "-"; };

@@ -232,18 +232,38 @@ double Calibration::relative_band(double matrix_seconds, double other_seconds, d
   return std::max(0.05, 2.0 * std::sqrt(m * m + o * o + r * r + sweep_cv * sweep_cv));
 }
 
+namespace {
+
+double routed_row_dims(const Architecture& a, double tokens) {
+  int moe_layers = 0;
+  for (int l = 0; l < a.layers; ++l) moe_layers += a.is_moe_layer(l) ? 1 : 0;
+  return tokens * moe_layers * a.moe.active * a.dim;
+}
+
+}  // namespace
+
 StepWork decode_work(const Architecture& a, double batch, double context, double kv_element_bytes) {
-  const double kv_bytes = batch * context * static_cast<double>(kv_bytes_per_token(a, 1)) * kv_element_bytes;
-  return {step_calls(a, batch, true), batch * a.layers * a.dim, 0, batch * attention_ops_per_token(a, context), kv_bytes, true, context};
+  StepWork w;
+  w.calls = step_calls(a, batch, true);
+  w.token_layer_dims = batch * a.layers * a.dim;
+  w.decode_attention_ops = batch * attention_ops_per_token(a, context);
+  w.decode_kv_bytes = batch * context * static_cast<double>(kv_bytes_per_token(a, 1)) * kv_element_bytes;
+  w.decode = true;
+  w.context = context;
+  w.routed_row_dims = routed_row_dims(a, batch);
+  return w;
 }
 
 StepWork prefill_work(const Architecture& a, double tokens) {
-  double calls = 0;
+  StepWork w;
   for (double begin = 0; begin < tokens; begin += kPrefillChunk) {
     const double n = std::min(kPrefillChunk, tokens - begin);
-    calls += step_calls(a, n, begin + n >= tokens);
+    w.calls += step_calls(a, n, begin + n >= tokens);
   }
-  return {calls, tokens * a.layers * a.dim, attention_ops_per_token(a, 1.0) * tokens * (tokens + 1) / 2, 0, 0};
+  w.token_layer_dims = tokens * a.layers * a.dim;
+  w.attention_ops = attention_ops_per_token(a, 1.0) * tokens * (tokens + 1) / 2;
+  w.routed_row_dims = routed_row_dims(a, tokens);
+  return w;
 }
 
 double matrix_seconds(const Calibration& c, const Architecture& a, const WeightInventory& w, double batch, double output_batch) {
@@ -296,9 +316,9 @@ double curve_matrix_residual(const std::vector<CalibrationRun>& runs) {
 }
 
 EngineOverheads fit_overheads(const std::vector<OverheadObservation>& observations) {
-  constexpr std::size_t kColumns = 4;
+  constexpr std::size_t kColumns = 5;
   const auto row = [](const StepWork& w) {
-    return std::array<double, kColumns>{w.calls, w.token_layer_dims, w.attention_ops, w.decode_kv_bytes};
+    return std::array<double, kColumns>{w.calls, w.token_layer_dims, w.attention_ops, w.decode_kv_bytes, w.routed_row_dims};
   };
   // Each observation weighted by its measured time: the squares minimized are relative errors,
   // as the fit is judged. Unweighted, a prefill's tenth of a second outweighed every decode
@@ -312,8 +332,9 @@ EngineOverheads fit_overheads(const std::vector<OverheadObservation>& observatio
     x.push_back(r);
     y.push_back((o.measured_seconds - o.matrix_seconds) * weight);
   }
-  // Non-negative least squares by trying every subset of columns (four columns, sixteen subsets)
-  // and keeping the best fit whose coefficients are all non-negative.
+  // Non-negative least squares by trying every subset of columns (five columns, 32 subsets) and
+  // keeping the best fit whose coefficients are all non-negative. Without a MoE observation the
+  // routed-row column is all zeros, its subsets singular, and its coefficient stays 0.
   EngineOverheads best;
   double best_error = std::numeric_limits<double>::infinity();
   for (unsigned mask = 0; mask < (1U << kColumns); ++mask) {
@@ -322,7 +343,7 @@ EngineOverheads fit_overheads(const std::vector<OverheadObservation>& observatio
     std::array<double, kColumns> coef{};
     if (!solve(x, y, use, coef)) continue;
     if (std::any_of(coef.begin(), coef.end(), [](double v) { return v < 0; })) continue;
-    const EngineOverheads candidate{coef[0], coef[1], coef[2], coef[3], 0, true};
+    const EngineOverheads candidate{coef[0], coef[1], coef[2], coef[3], 0, true, coef[4], true};
     double error = 0;
     for (const auto& o : observations) {
       const double rel = (o.matrix_seconds + candidate.seconds(o.work) - o.measured_seconds) / o.measured_seconds;
@@ -370,6 +391,7 @@ nlohmann::json to_json(const Calibration& c) {
                    {"seconds_per_attention_op", c.engine->seconds_per_attention_op},
                    {"residual", c.engine->residual}};
     if (c.engine->decode_attention_fitted) j["engine"]["seconds_per_decode_kv_byte"] = c.engine->seconds_per_decode_kv_byte;
+    if (c.engine->routed_rows_fitted) j["engine"]["seconds_per_routed_row_dim"] = c.engine->seconds_per_routed_row_dim;
   }
   return j;
 }
@@ -425,10 +447,12 @@ Calibration calibration_from_json(const nlohmann::json& j) {
                                  e.at("seconds_per_attention_op").get<double>(),
                                  fitted ? e.at("seconds_per_decode_kv_byte").get<double>() : 0.0,
                                  e.value("residual", 0.0),
-                                 fitted};
+                                 fitted,
+                                 e.value("seconds_per_routed_row_dim", 0.0),
+                                 e.contains("seconds_per_routed_row_dim")};
       const auto& o = *c.engine;
       if (o.seconds_per_call < 0 || o.seconds_per_token_layer_dim < 0 || o.seconds_per_attention_op < 0 ||
-          o.seconds_per_decode_kv_byte < 0) {
+          o.seconds_per_decode_kv_byte < 0 || o.seconds_per_routed_row_dim < 0) {
         throw UsageError("an engine overhead is negative");
       }
     }
@@ -441,14 +465,54 @@ Calibration calibration_from_json(const nlohmann::json& j) {
 }
 
 const CalibrationPlan& calibration_plan() {
-  // A model no `validate` size matches, in formats and at concurrencies `validate` does not
-  // use, with prompts of other lengths: the overheads are fitted apart from what is judged.
-  // Three concurrencies and prompt lengths, so the four overheads (per team start, per token,
-  // per prefill attention operation, per KV byte a decode step reads) are not fitted to as
-  // many configurations.
-  static const CalibrationPlan kPlan{"calibration-0.94b", {"F16", "Q6_K"}, {3, 6, 8}, {64, 128, 256}, 24};
+  // Models no `validate` size matches, in formats and at concurrencies `validate` does not use,
+  // with prompts of other lengths: the overheads are fitted apart from what is judged. Three
+  // concurrencies and prompt lengths, so the five overheads (per team start, per token, per
+  // routed row, per prefill attention operation, per KV byte a decode step reads) are not
+  // fitted to as many configurations. The MoE model (20 experts, 4 active: neither validate
+  // MoE model's routing) is what the routed-row term is seen on; one format is enough, as a
+  // routed row's work is on float activations.
+  static const CalibrationPlan kPlan = [] {
+    ModelShape moe = llama_shape(12, 1536, 768, 12, 4, 32000);
+    moe.experts = 20;
+    moe.active_experts = 4;
+    return CalibrationPlan{{{"calibration-0.94b", llama_shape(14, 2304, 6144, 18, 6, 32000), {"F16", "Q6_K"}},
+                            {"calibration-moe-1b", moe, {"Q6_K"}}},
+                           {3, 6, 8},
+                           {64, 128, 256},
+                           24};
+  }();
   return kPlan;
 }
+
+namespace {
+
+// Records one calibration run and the two observations (its decode steps, its prompts) the
+// overheads are fitted to.
+void observations_of_run(Calibration& c, const Architecture& arch, const WeightInventory& inv, const std::string& model,
+                         const std::string& quant, const RunReport& rep, const RunOptions& r,
+                         std::vector<OverheadObservation>& observations) {
+  const double steps = r.gen_tokens - 1;
+  CalibrationRun run{model,
+                     quant,
+                     r.concurrency,
+                     r.prompt_tokens,
+                     r.gen_tokens,
+                     rep.prefill_seconds / r.concurrency,
+                     rep.decode_seconds / steps,
+                     rep.prefill_gemm_seconds / r.concurrency,
+                     rep.decode_gemm_seconds / steps,
+                     prefill_matrix_seconds(c, arch, inv, r.prompt_tokens),
+                     matrix_seconds(c, arch, inv, r.concurrency, r.concurrency)};
+  c.runs.push_back(run);
+  // The overheads are fitted to what the engine measured outside its matrix products, not to
+  // the difference from a prediction: a kernel-model error must not leak into them.
+  const double context = r.prompt_tokens + r.gen_tokens / 2.0;
+  observations.push_back({run.decode_seconds_per_step - run.decode_gemm_seconds_per_step, 0.0, decode_work(arch, r.concurrency, context)});
+  observations.push_back({run.prefill_seconds_per_sequence - run.prefill_gemm_seconds_per_sequence, 0.0, prefill_work(arch, r.prompt_tokens)});
+}
+
+}  // namespace
 
 Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const CalibrationProgress& progress) {
   const auto report = [&](const std::string& what, double f) {
@@ -495,59 +559,35 @@ Calibration calibrate(const CalibrationOptions& o, double dram_read_gbs, const C
   }
   if (!o.engine) return c;
 
-  // 3. The engine on the calibration model.
+  // 3. The engine on the calibration models.
   const CalibrationPlan& plan = calibration_plan();
-  const ModelShape shape = llama_shape(14, 2304, 6144, 18, 6, 32000);
   std::vector<OverheadObservation> observations;
-  const double runs = static_cast<double>(2 * plan.quants.size() * plan.concurrencies.size());
+  double runs = 0;
+  for (const auto& m : plan.models) runs += static_cast<double>(2 * m.quants.size() * plan.concurrencies.size());
   double done = 0;
-  for (const auto& quant : plan.quants) {
-    const std::string path = (std::filesystem::path(o.work_dir) / fmt::format("{}-{}.gguf", plan.shape_name, quant)).string();
-    report(fmt::format("generating {} {}", plan.shape_name, quant), 0.55 + 0.45 * done / runs);
-    GenerateOptions g;
-    g.shape = shape;
-    g.quant = quant;
-    g.seed = o.seed;
-    g.threads = o.threads;
-    generate_model(g, path);
-    {
-      const Model model = Model::load(path);
-      const Architecture arch = architecture_from_gguf(model.file(), plan.shape_name);
-      const WeightInventory inv = weight_inventory(model.file(), arch);
-      // Each configuration twice: both runs enter the fit, so one noisy run weighs half.
-      for (std::size_t i = 0; i < 2 * plan.concurrencies.size(); ++i) {
-        report(fmt::format("running {} {} C={}", plan.shape_name, quant, plan.concurrencies[i % plan.concurrencies.size()]),
-               0.55 + 0.45 * done / runs);
-        RunOptions r;
-        r.threads = o.threads;
-        r.concurrency = plan.concurrencies[i % plan.concurrencies.size()];
-        r.prompt_tokens = plan.prompts[i % plan.prompts.size()];
-        r.gen_tokens = plan.gen;
-        const RunReport rep = run_model(model, r, nullptr);
-        const double steps = r.gen_tokens - 1;
-        CalibrationRun run{plan.shape_name,
-                           quant,
-                           r.concurrency,
-                           r.prompt_tokens,
-                           r.gen_tokens,
-                           rep.prefill_seconds / r.concurrency,
-                           rep.decode_seconds / steps,
-                           rep.prefill_gemm_seconds / r.concurrency,
-                           rep.decode_gemm_seconds / steps,
-                           prefill_matrix_seconds(c, arch, inv, r.prompt_tokens),
-                           matrix_seconds(c, arch, inv, r.concurrency, r.concurrency)};
-        c.runs.push_back(run);
-        // The overheads are fitted to what the engine measured outside its matrix products, not
-        // to the difference from a prediction: a kernel-model error must not leak into them.
-        const double context = r.prompt_tokens + r.gen_tokens / 2.0;
-        observations.push_back({run.decode_seconds_per_step - run.decode_gemm_seconds_per_step, 0.0,
-                                decode_work(arch, r.concurrency, context)});
-        observations.push_back({run.prefill_seconds_per_sequence - run.prefill_gemm_seconds_per_sequence, 0.0,
-                                prefill_work(arch, r.prompt_tokens)});
-        done += 1;
+  for (const auto& cm : plan.models) {
+    for (const auto& quant : cm.quants) {
+      const std::string path = (std::filesystem::path(o.work_dir) / fmt::format("{}-{}.gguf", cm.name, quant)).string();
+      report(fmt::format("generating {} {}", cm.name, quant), 0.55 + 0.45 * done / runs);
+      generate_model({.shape = cm.shape, .quant = quant, .seed = o.seed, .threads = o.threads}, path);
+      {
+        const Model model = Model::load(path);
+        const Architecture arch = architecture_from_gguf(model.file(), cm.name);
+        const WeightInventory inv = weight_inventory(model.file(), arch);
+        // Each configuration twice: both runs enter the fit, so one noisy run weighs half.
+        for (std::size_t i = 0; i < 2 * plan.concurrencies.size(); ++i) {
+          RunOptions r;
+          r.threads = o.threads;
+          r.concurrency = plan.concurrencies[i % plan.concurrencies.size()];
+          r.prompt_tokens = plan.prompts[i % plan.prompts.size()];
+          r.gen_tokens = plan.gen;
+          report(fmt::format("running {} {} C={}", cm.name, quant, r.concurrency), 0.55 + 0.45 * done / runs);
+          observations_of_run(c, arch, inv, cm.name, quant, run_model(model, r, nullptr), r, observations);
+          done += 1;
+        }
       }
+      std::filesystem::remove(path);
     }
-    std::filesystem::remove(path);
   }
   c.engine = fit_overheads(observations);
   c.matrix_residual = curve_matrix_residual(c.runs);

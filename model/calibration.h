@@ -6,9 +6,10 @@
 //    bandwidth-bound at batch 1, compute-bound as the batch grows;
 //  - per format, the rate one core decodes weights when they sit in cache (what compute alone
 //    allows; used to scale to machines with other core counts);
-//  - the engine's own overheads (per parallel operation, per token, attention), fitted once to
-//    the time the engine measures outside its matrix products on runs of a calibration model
-//    whose size, formats and concurrencies `validate` never checks.
+//  - the engine's own overheads (per parallel operation, per token, per routed row of a MoE
+//    layer, attention), fitted once to the time the engine measures outside its matrix products
+//    on runs of a dense and a MoE calibration model whose sizes, formats and concurrencies
+//    `validate` never checks.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -18,6 +19,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "engine/generate.h"
 #include "kernels/blocks.h"
 #include "model/architecture.h"
 
@@ -50,6 +52,11 @@ struct StepWork {
   double decode_kv_bytes = 0;       // KV cache bytes a decode step reads
   bool decode = false;              // a decode step (else a prompt's prefill)
   double context = 0;               // positions each decode token attends to
+  // A MoE layer's routed rows (tokens x active experts x MoE layers) x hidden size: each routed
+  // row is gathered, its expert's SwiGLU taken and its output combined back, beyond the per-token
+  // work. A prompt of a 64-expert model with 8 active spent 0.2-0.4 us per routed row here that
+  // the per-token term, fitted on dense models, did not count (docs/PERFORMANCE.md).
+  double routed_row_dims = 0;
 };
 
 struct EngineOverheads {
@@ -61,10 +68,22 @@ struct EngineOverheads {
   // False for a calibration written before decode attention was fitted on its own: a forecast
   // of this machine needs it measured again (described machines use only the first two terms).
   bool decode_attention_fitted = true;
+  double seconds_per_routed_row_dim = 0;
+  // False for a calibration written before MoE runs joined it: its forecasts of MoE models
+  // would leave their routed rows' work out.
+  bool routed_rows_fitted = true;
 
   [[nodiscard]] double seconds(const StepWork& w) const {
     return w.calls * seconds_per_call + w.token_layer_dims * seconds_per_token_layer_dim +
-           w.attention_ops * seconds_per_attention_op + w.decode_kv_bytes * seconds_per_decode_kv_byte;
+           w.attention_ops * seconds_per_attention_op + w.decode_kv_bytes * seconds_per_decode_kv_byte +
+           w.routed_row_dims * seconds_per_routed_row_dim;
+  }
+  // Team starts: no split of the work shortens them.
+  [[nodiscard]] double fixed_seconds(const StepWork& w) const { return w.calls * seconds_per_call; }
+  // The work the engine splits among its threads by token: per token and per routed row
+  // (attention is split by its own tasks).
+  [[nodiscard]] double per_token_seconds(const StepWork& w) const {
+    return w.token_layer_dims * seconds_per_token_layer_dim + w.routed_row_dims * seconds_per_routed_row_dim;
   }
 };
 
@@ -194,11 +213,15 @@ std::vector<double> measure_curves(Calibration& c, const std::vector<GgmlType>& 
 // Runs the sweep and the calibration models. `dram_read_gbs` comes from the probe profile.
 Calibration calibrate(const CalibrationOptions& options, double dram_read_gbs, const CalibrationProgress& progress = {});
 
-// The calibration model and the formats and concurrencies it runs: kept apart from what
+// The calibration models and the formats and concurrencies they run: kept apart from what
 // `validate` checks.
-struct CalibrationPlan {
-  std::string shape_name;
+struct CalibrationModel {
+  std::string name;
+  ModelShape shape;
   std::vector<std::string> quants;
+};
+struct CalibrationPlan {
+  std::vector<CalibrationModel> models;
   std::vector<int> concurrencies;
   std::vector<int> prompts;
   int gen = 0;

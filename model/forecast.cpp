@@ -34,9 +34,14 @@ class MeasuredPerformance final : public Performance {
   double matrix_seconds(const Architecture& a, const WeightInventory& w, double batch, double output_batch) const override {
     return infercast::matrix_seconds(c_, a, w, batch, output_batch);
   }
-  double other_seconds(const Architecture&, const StepWork& work, double, double) const override { return c_.engine->seconds(work); }
+  double other_seconds(const Architecture& a, const StepWork& work, double, double) const override {
+    if (a.is_moe() && !c_.engine->routed_rows_fitted) {
+      throw UsageError("the calibration was made by an older infercast without MoE runs: run `infercast calibrate` again to forecast a MoE model");
+    }
+    return c_.engine->seconds(work);
+  }
   double overhead_seconds(const StepWork& work, double) const override {
-    return c_.engine->seconds({work.calls, work.token_layer_dims, 0, 0, 0});
+    return c_.engine->fixed_seconds(work) + c_.engine->per_token_seconds(work);
   }
   // The read the curves stand for (the probe's in a calibration older than curve_read_gbs).
   double stream_gbs() const override { return c_.typical_curve_read(); }
@@ -121,6 +126,9 @@ class DescribedPerformance final : public Performance {
     } else {
       compute_note_ = fmt::format("kernel efficiencies of {}", ref.origin);
       if (ref.hardware.amx && !h.amx) compute_note_ += ", whose AMX batches this machine runs at the best vector-kernel efficiency it showed";
+      if (ref.calibration.engine && !ref.calibration.engine->routed_rows_fitted) {
+        compute_note_ += "; a MoE layer's per-routed-row work not counted (the reference's calibration predates it)";
+      }
     }
   }
 
@@ -183,7 +191,7 @@ class DescribedPerformance final : public Performance {
     const double there = std::min(tokens, static_cast<double>(std::max(1U, ref_.calibration.threads)));
     const double here = std::min(tokens, static_cast<double>(std::max(1, h_.cores * devices_)));
     const EngineOverheads& e = *ref_.calibration.engine;
-    return clock * (work.calls * e.seconds_per_call + work.token_layer_dims * e.seconds_per_token_layer_dim * there / here);
+    return clock * (e.fixed_seconds(work) + e.per_token_seconds(work) * there / here);
   }
 
   double stream_gbs() const override { return stream_; }

@@ -73,6 +73,11 @@ void check_options(const ValidateOptions& o) {
 
 void check_held_out(const ValidateOptions& o, const Calibration& c) {
   if (!c.engine) throw UsageError("the calibration has no engine overheads: run `infercast calibrate` first");
+  for (const auto& m : o.models) {
+    if (m.shape.experts > 0 && !c.engine->routed_rows_fitted) {
+      throw UsageError(fmt::format("the calibration was made without MoE runs, so it cannot forecast {}: calibrate again (validate --recalibrate)", m.name));
+    }
+  }
   for (const auto& run : c.runs) {
     for (const auto& m : o.models) {
       if (m.name == run.model) throw UsageError(fmt::format("model {} was fitted on by the calibration; validate must hold it out", m.name));
@@ -192,12 +197,7 @@ ValidationReport validate_forecast(const ValidateOptions& o, const Calibration& 
       if (!o.keep_models || !std::filesystem::exists(path)) {
         generated.add(path);
         report_progress(fmt::format("generating {} {}", vm.name, quant));
-        GenerateOptions g;
-        g.shape = vm.shape;
-        g.quant = quant;
-        g.seed = o.seed;
-        g.threads = o.threads;
-        generate_model(g, path);
+        generate_model({.shape = vm.shape, .quant = quant, .seed = o.seed, .threads = o.threads}, path);
       }
       const GgufFile file = GgufFile::open(path);
       Architecture arch = architecture_from_gguf(file, vm.name);

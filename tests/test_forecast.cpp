@@ -307,6 +307,21 @@ TEST(Calibration, InterpolatesExtendsAndRoundTrips) {
   ASSERT_TRUE(before.engine);
   EXPECT_FALSE(before.engine->decode_attention_fitted);
   EXPECT_THROW((void)measured_performance(before), UsageError);
+  // One from before MoE runs joined the calibration forecasts dense models still, but not a MoE
+  // model, whose routed rows it never saw.
+  c.engine->seconds_per_routed_row_dim = 0.4e-9;
+  EXPECT_DOUBLE_EQ(calibration_from_json(to_json(c)).engine->seconds_per_routed_row_dim, 0.4e-9);
+  EXPECT_TRUE(calibration_from_json(to_json(c)).engine->routed_rows_fitted);
+  nlohmann::json dense_only = to_json(c);
+  dense_only["engine"].erase("seconds_per_routed_row_dim");
+  const Calibration no_moe = calibration_from_json(dense_only);
+  EXPECT_FALSE(no_moe.engine->routed_rows_fitted);
+  const auto p = measured_performance(no_moe);
+  const auto dense = *find_catalog_model("tinyllama-1.1b");
+  const auto moe = *find_catalog_model("mixtral-8x7b");
+  EXPECT_GT(p->other_seconds(dense, decode_work(dense, 2, 100), 0, 2), 0);
+  EXPECT_THROW((void)p->other_seconds(moe, decode_work(moe, 2, 100), 0, 2), UsageError);
+  EXPECT_GT(measured_performance(c)->other_seconds(moe, decode_work(moe, 2, 100), 0, 2), 0);
   nlohmann::json negative = to_json(c);
   negative["engine"]["seconds_per_decode_kv_byte"] = -1e-12;
   EXPECT_THROW(calibration_from_json(negative), UsageError);
@@ -364,7 +379,19 @@ TEST(Calibration, OverheadFitRecoversKnownCoefficientsAndStaysNonNegative) {
       }
     }
   }
-  const EngineOverheads fit = fit_overheads(obs);
+  EngineOverheads fit = fit_overheads(obs);
+  EXPECT_EQ(fit.seconds_per_routed_row_dim, 0);  // no MoE run: nothing to fit the routed rows on
+  EXPECT_TRUE(fit.routed_rows_fitted);
+  // With MoE runs among them, their routed rows' work is told from the per-token work.
+  EngineOverheads moe_truth = truth;
+  moe_truth.seconds_per_routed_row_dim = 0.7e-9;
+  for (double routed : {2e5, 3e6}) {
+    StepWork w{200, 1e6, 2e7, 0, 0};
+    w.routed_row_dims = routed;
+    obs.push_back({0.01 + moe_truth.seconds(w), 0.01, w});
+  }
+  fit = fit_overheads(obs);
+  EXPECT_NEAR(fit.seconds_per_routed_row_dim, moe_truth.seconds_per_routed_row_dim, 1e-13);
   EXPECT_NEAR(fit.seconds_per_call, truth.seconds_per_call, 1e-9);
   EXPECT_NEAR(fit.seconds_per_token_layer_dim, truth.seconds_per_token_layer_dim, 1e-12);
   EXPECT_NEAR(fit.seconds_per_attention_op, truth.seconds_per_attention_op, 1e-13);
@@ -394,6 +421,14 @@ TEST(Forecast, StepWorkCountsTeamStartsAndCacheBytes) {
   EXPECT_EQ(prefill_work(a, 600).decode_kv_bytes, 0);
   EXPECT_DOUBLE_EQ(prefill_work(a, 600).calls,
                    parallel_operations(a.layers, 0, 512, 0, false) + parallel_operations(a.layers, 0, 88, 0, true));
+  // A dense model routes nothing; a MoE token sends a row to each of its active experts in every
+  // MoE layer (DeepSeek-V3's first three layers are dense).
+  EXPECT_EQ(decode_work(a, 4, 100).routed_row_dims, 0);
+  const auto mixtral = *find_catalog_model("mixtral-8x7b");
+  EXPECT_DOUBLE_EQ(decode_work(mixtral, 4, 100).routed_row_dims, 4.0 * mixtral.layers * 2 * mixtral.dim);
+  EXPECT_DOUBLE_EQ(prefill_work(mixtral, 600).routed_row_dims, 600.0 * mixtral.layers * 2 * mixtral.dim);
+  const auto v3 = *find_catalog_model("deepseek-v3");
+  EXPECT_DOUBLE_EQ(decode_work(v3, 1, 100).routed_row_dims, (v3.layers - v3.moe.dense_layers) * 8.0 * v3.dim);
 }
 
 // The engine multiplies every touched expert's gate and up in one call and their down in a
@@ -537,6 +572,16 @@ TEST(Forecast, ADescribedCpuSplitsABatchsPerTokenWorkAmongItsCores) {
     const double expected = work.calls * e.seconds_per_call + work.token_layer_dims * e.seconds_per_token_layer_dim * busy_there / busy_here;
     EXPECT_NEAR(p->overhead_seconds(work, batch), expected, 1e-12 * expected) << batch;
   }
+  // A MoE layer's routed rows are split with their tokens.
+  Reference moe_ref = ref;
+  moe_ref.calibration.engine->seconds_per_routed_row_dim = 0.5e-9;
+  const auto mixtral = *find_catalog_model("mixtral-8x7b");
+  const StepWork routed = decode_work(mixtral, 8, 300);
+  const EngineOverheads& m = *moe_ref.calibration.engine;
+  const double routed_expected = routed.calls * m.seconds_per_call +
+                                 (routed.token_layer_dims * m.seconds_per_token_layer_dim + routed.routed_row_dims * m.seconds_per_routed_row_dim) * 2 / 8;
+  EXPECT_NEAR(described_performance(many, moe_ref, 1)->overhead_seconds(routed, 8), routed_expected, 1e-12 * routed_expected);
+  EXPECT_GT(routed_expected, p->overhead_seconds(routed, 8));
   // A prompt keeps as many threads busy as a chunk has tokens.
   const StepWork prompt = prefill_work(a, 2048);
   EXPECT_NEAR(p->overhead_seconds(prompt, 2048),
@@ -789,6 +834,36 @@ TEST(Validate, RefusesToJudgeWhatWasFittedOn) {
   EXPECT_THROW(check_held_out(o, c), UsageError);
   o.unsettled_retries = 0;
   EXPECT_NO_THROW(check_held_out(o, c));
+  // A calibration without MoE runs judges dense models only, and says so before any run.
+  Calibration dense_only = c;
+  dense_only.engine->routed_rows_fitted = false;
+  EXPECT_NO_THROW(check_held_out(o, dense_only));
+  o.models = moe_validation_models();
+  EXPECT_NO_THROW(check_held_out(o, c));
+  EXPECT_THROW(check_held_out(o, dense_only), UsageError);
+}
+
+// The calibration fits on a dense and a MoE model that validate never judges, in formats and at
+// concurrencies it never uses.
+TEST(Validate, TheCalibrationPlanIsHeldOutFromEveryValidationModel) {
+  const CalibrationPlan& plan = calibration_plan();
+  const ValidateOptions defaults;
+  std::vector<ValidationModel> judged = validation_models();
+  for (auto& m : moe_validation_models()) judged.push_back(m);
+  bool has_moe = false;
+  for (const auto& cm : plan.models) {
+    has_moe = has_moe || cm.shape.experts > 0;
+    for (const auto& vm : judged) {
+      EXPECT_NE(cm.name, vm.name);
+      EXPECT_FALSE(cm.shape.experts == vm.shape.experts && cm.shape.active_experts == vm.shape.active_experts && cm.shape.dim == vm.shape.dim)
+          << cm.name << " has " << vm.name << "'s shape";
+    }
+    for (const auto& q : cm.quants) EXPECT_EQ(std::find(defaults.quants.begin(), defaults.quants.end(), q), defaults.quants.end()) << q;
+  }
+  EXPECT_TRUE(has_moe);
+  for (int conc : plan.concurrencies) {
+    EXPECT_EQ(std::find(defaults.concurrencies.begin(), defaults.concurrencies.end(), conc), defaults.concurrencies.end()) << conc;
+  }
 }
 
 TEST(Validate, ChoosesDenseAndMoeModelsByName) {
