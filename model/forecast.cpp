@@ -227,7 +227,10 @@ class DescribedPerformance final : public Performance {
     if (core == c.core_gbs.end() || !c.has(type) || ref_.hardware.cores <= 0) return stream_;
     const double clock = ref_.hardware.base_ghz > 0 ? h_.base_ghz / ref_.hardware.base_ghz : 1.0;
     const double ref_compute = core->second * c.threads;
-    const double p = overlap_exponent(1.0 / c.dram_read_gbs, 1.0 / ref_compute, c.effective_seconds_per_byte(type, 1) * 1e9);
+    // Against the read the curves stand for, not the probe's: on a shared host the two were
+    // taken minutes apart (82.8 and 65.0 GB/s in one reference), and a curve faster than the
+    // probe's read left no time for decoding at all.
+    const double p = overlap_exponent(1.0 / c.typical_curve_read(), 1.0 / ref_compute, c.effective_seconds_per_byte(type, 1) * 1e9);
     const double compute = core->second * h_.cores * devices_ * clock;
     return 1.0 / std::pow(std::pow(1.0 / stream_, p) + std::pow(1.0 / compute, p), 1.0 / p);
   }
