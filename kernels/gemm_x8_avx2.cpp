@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/formats.h"
 #include "kernels/gemm_kernels.h"

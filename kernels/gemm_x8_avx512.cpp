@@ -656,7 +656,7 @@ float pair_tail(const GemmCall& c, std::size_t r, const ActPairQ8_0* x, std::siz
 }
 
 // As rows_x8: up to two pairs take two groups at once from the two halves of the thread's rows;
-// more go through in chunks that stay in L2, kMaxPairs at a time.
+// more go through in chunks that stay in L2, kMaxPairs at a time and the rest in one pass.
 template <class K>
 void rows_pairs(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t*) {
   constexpr std::size_t kMaxPairs = 8;
@@ -678,11 +678,7 @@ void rows_pairs(const GemmCall& c, std::size_t begin, std::size_t end, std::uint
       for (std::size_t r = begin; r < full; r += kR) {
         std::size_t p = p0;
         for (; p + kMaxPairs <= p1; p += kMaxPairs) pair_groups<K, 1, kMaxPairs>(c, r, 0, p);
-        if constexpr (kMaxPairs > 4) {
-          for (; p + 4 <= p1; p += 4) pair_groups<K, 1, 4>(c, r, 0, p);
-        }
-        for (; p + 2 <= p1; p += 2) pair_groups<K, 1, 2>(c, r, 0, p);
-        if (p < p1) pair_groups<K, 1, 1>(c, r, 0, p);
+        if (p < p1) with_count<kMaxPairs - 1>(p1 - p, [&](auto np) { pair_groups<K, 1, decltype(np)::value>(c, r, 0, p); });
       }
     }
   }
