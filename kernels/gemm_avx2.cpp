@@ -19,6 +19,7 @@ constexpr int kMaxNa = 4;
 // Weight rows per activation load in the float kernels' batches: 2 x 4 accumulators leave
 // room in 16 registers for the loaded vectors.
 constexpr int kFloatBatchRows = 2;
+constexpr int kFloatMaxLast = 4;  // sixteen registers: no room for more accumulators
 
 #include "kernels/k_scales.inc"
 

@@ -22,6 +22,8 @@ constexpr std::size_t kMaxNa = 4;  // activation rows per weight pass
 // Weight rows per activation load in the float kernels' batches: 4 x 4 accumulators and the
 // loaded vectors fit in 32 registers.
 constexpr int kFloatBatchRows = 4;
+// Four rows by six activations: 24 accumulators, six activation vectors and the weights.
+constexpr int kFloatMaxLast = 6;
 
 // ---------------------------------------------------------------------------------------------
 // Activation quantizers, bit-identical to reference::quantize_q8_0 / quantize_q8_k.

@@ -132,9 +132,10 @@ TEST_P(GemmAllFormats, RandomWeightsEveryBatchShape) {
   const std::size_t block = static_cast<std::size_t>(format_info(t).block_elems);
   const std::size_t cols = block == 1 ? 96 : (block == 32 ? 96 : 512);  // three Q8_0 blocks: odd pair count
   // 64: the first batch at which AMX takes interleaved Q4_K/Q5_K (INT8 tiles); 37 rows mix four
-  // interleaved groups with five GGUF-layout rows in the last tile. 5-7, 11, 13 and 15 end in a
-  // pass of every remainder size after the largest groups of activation rows (or pairs).
-  for (std::size_t batch : {1U, 2U, 3U, 4U, 5U, 6U, 7U, 8U, 11U, 13U, 15U, 16U, 17U, 33U, 64U}) {
+  // interleaved groups with five GGUF-layout rows in the last tile. 5-7, 9-11, 13 and 15 end in
+  // a pass of every remainder size after the largest groups of activation rows (or pairs), and
+  // in the float kernels' last groups of five and six.
+  for (std::size_t batch : {1U, 2U, 3U, 4U, 5U, 6U, 7U, 8U, 9U, 10U, 11U, 13U, 15U, 16U, 17U, 33U, 64U}) {
     check_all_levels({t, 37, cols, batch, Pattern::gaussian});
   }
 }
