@@ -3,6 +3,7 @@
 // GGUF file's metadata, and its weight inventory: every matrix with its shape and the type a
 // quantization gives it, so sizes come from the block layouts rather than from typed-in
 // bits-per-weight figures.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -57,6 +58,7 @@ struct Architecture {
 
   [[nodiscard]] bool is_moe() const { return moe.experts > 0; }
   [[nodiscard]] bool is_moe_layer(int layer) const { return is_moe() && layer >= moe.dense_layers; }
+  [[nodiscard]] int moe_layer_count() const { return is_moe() ? std::max(0, layers - std::max(0, moe.dense_layers)) : 0; }
 };
 
 // Throws UsageError naming the field and the origin when a field is missing or out of range.

@@ -30,8 +30,7 @@ constexpr double kPrefillChunk = 512;
 // Thread-team starts of one step over `tokens` tokens (every layer's product calls, attention,
 // per-token work), as the engine makes them.
 double step_calls(const Architecture& a, double tokens, bool logits) {
-  int moe_layers = 0;
-  for (int l = 0; l < a.layers; ++l) moe_layers += a.is_moe_layer(l) ? 1 : 0;
+  const int moe_layers = a.moe_layer_count();
   const double touched = a.is_moe() ? expected_experts_touched(a.moe.experts, a.moe.active, tokens) : 0;
   return parallel_operations(a.layers - moe_layers, moe_layers, tokens, touched, logits);
 }
@@ -232,16 +231,6 @@ double Calibration::relative_band(double matrix_seconds, double other_seconds, d
   return std::max(0.05, 2.0 * std::sqrt(m * m + o * o + r * r + sweep_cv * sweep_cv));
 }
 
-namespace {
-
-double routed_row_dims(const Architecture& a, double tokens) {
-  int moe_layers = 0;
-  for (int l = 0; l < a.layers; ++l) moe_layers += a.is_moe_layer(l) ? 1 : 0;
-  return tokens * moe_layers * a.moe.active * a.dim;
-}
-
-}  // namespace
-
 StepWork decode_work(const Architecture& a, double batch, double context, double kv_element_bytes) {
   StepWork w;
   w.calls = step_calls(a, batch, true);
@@ -250,7 +239,7 @@ StepWork decode_work(const Architecture& a, double batch, double context, double
   w.decode_kv_bytes = batch * context * static_cast<double>(kv_bytes_per_token(a, 1)) * kv_element_bytes;
   w.decode = true;
   w.context = context;
-  w.routed_row_dims = routed_row_dims(a, batch);
+  w.routed_row_dims = batch * a.moe_layer_count() * a.moe.active * a.dim;
   return w;
 }
 
@@ -262,7 +251,7 @@ StepWork prefill_work(const Architecture& a, double tokens) {
   }
   w.token_layer_dims = tokens * a.layers * a.dim;
   w.attention_ops = attention_ops_per_token(a, 1.0) * tokens * (tokens + 1) / 2;
-  w.routed_row_dims = routed_row_dims(a, tokens);
+  w.routed_row_dims = tokens * a.moe_layer_count() * a.moe.active * a.dim;
   return w;
 }
 
