@@ -14,6 +14,7 @@
 #include "kernels/half.h"
 #include "kernels/simd_quantize.h"
 #include "kernels/stream_prefetch.h"
+#include "kernels/with_count.h"
 
 namespace infercast {
 namespace {
@@ -813,6 +814,123 @@ struct RowBf16Dot {
 };
 
 #include "kernels/gemm_simd_common.inc"
+
+// From kBf16PanelMinBatch activation rows on, BF16 batches turn the product around: the
+// activations are packed transposed, sixteen activation rows to a vector (lane l holds row l's
+// columns 2j and 2j+1), so a weight row's pair of columns is one 32-bit broadcast and one
+// vdpbf16ps adds it into sixteen outputs. The row kernels above hold one output per vector and
+// load an activation vector for every four products; from L2 at batch 64 that held
+// avx512_bf16_round to 38% of the BF16 dot peak (Zen 5). Here a block of twelve weight rows
+// against thirty-two activation rows is 24 accumulators fed by two vector loads and twelve
+// broadcasts per pair of columns, and no sum is reduced across lanes. Every output is the same
+// chain of vdpbf16ps over its pairs, in column order, whatever block it fell in.
+constexpr std::size_t kPanelLanes = 16;  // activation rows per vector
+
+std::size_t bf16_panel_pairs(std::size_t cols) { return round_up(cols, 32) / 2; }
+std::size_t bf16_panel_block(std::size_t cols) { return bf16_panel_pairs(cols) * 64; }
+std::size_t bf16_panel_bytes(std::size_t batch, std::size_t cols) {
+  return round_up(batch, kPanelLanes) / kPanelLanes * bf16_panel_block(cols);
+}
+
+// The lanes of sixteen columns from k that a row of `cols` has.
+__mmask16 columns_from(std::size_t k, std::size_t cols) {
+  if (k >= cols) return 0;
+  return static_cast<__mmask16>(cols - k >= 16 ? 0xFFFF : (1U << (cols - k)) - 1);
+}
+
+// Activation rows [begin, end), begin a multiple of kPanelLanes (the pack step): each row
+// rounded to bf16 (as avx512_bf16_round rounds them), its pairs spread to its lane.
+void pack_bf16_panel(const GemmCall& c, std::size_t begin, std::size_t end) {
+  const std::size_t padded = round_up(c.cols, 32);
+  // A partial last block: its missing rows are zeros, so their lanes hold no NaNs or denormals.
+  const std::size_t last = end == c.batch ? round_up(end, kPanelLanes) : end;
+  for (std::size_t b = begin; b < last; ++b) {
+    auto* block = reinterpret_cast<std::uint32_t*>(c.packed + b / kPanelLanes * bf16_panel_block(c.cols));
+    const std::size_t lane = b % kPanelLanes;
+    const float* x = c.x + b * c.ldx;
+    for (std::size_t k = 0; k < padded; k += 32) {
+      alignas(64) std::uint32_t pairs[16];
+      if (b < end) {
+        const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(columns_from(k + 16, c.cols), x + k + 16),
+                                               _mm512_maskz_loadu_ps(columns_from(k, c.cols), x + k));
+        _mm512_store_si512(pairs, reinterpret_cast<__m512i>(v));
+      } else {
+        std::memset(pairs, 0, sizeof(pairs));
+      }
+      for (std::size_t t = 0; t < 16; ++t) block[(k / 2 + t) * kPanelLanes + lane] = pairs[t];
+    }
+  }
+}
+
+// Pair j of Nr weight rows (a pair is two columns: 32 bits) against Nv activation blocks.
+// `Odd`: the pair is a row's last column alone, its second weight zero.
+template <bool Odd, int Nr, int Nv>
+INFERCAST_INLINE void panel_step(const std::uint16_t* const (&rows)[Nr], const __m512i* const (&x)[Nv], std::size_t j,
+                                 Accumulators<Nr, Nv>& acc) {
+  __m512bh xv[Nv];
+  INFERCAST_UNROLL
+  for (int v = 0; v < Nv; ++v) xv[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(x[v] + j));
+  INFERCAST_UNROLL
+  for (int i = 0; i < Nr; ++i) {
+    std::uint32_t pair = rows[i][2 * j];
+    if constexpr (!Odd) std::memcpy(&pair, rows[i] + 2 * j, 4);
+    const auto wp = reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
+    INFERCAST_UNROLL
+    for (int v = 0; v < Nv; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], xv[v], wp);
+  }
+}
+
+// Nr weight rows from r against Nv blocks of sixteen activation rows from block a0.
+template <int Nr, int Nv>
+void panel_bf16(const GemmCall& c, std::size_t r, std::size_t a0) {
+  const std::uint16_t* rows[Nr];
+  for (int i = 0; i < Nr; ++i) rows[i] = reinterpret_cast<const std::uint16_t*>(c.w + (r + i) * c.row_bytes);
+  const __m512i* x[Nv];
+  for (int v = 0; v < Nv; ++v) x[v] = reinterpret_cast<const __m512i*>(c.packed + (a0 + v) * bf16_panel_block(c.cols));
+  Accumulators<Nr, Nv> acc;
+  zero<Nr, Nv>(acc);
+  const StreamPrefetch<Nr> ahead(c, r);
+  const std::size_t pairs = c.cols / 2;
+  std::size_t j = 0;
+  // Sixteen pairs (a line of each row) per prefetch.
+  for (; j + 16 <= pairs; j += 16) {
+    ahead.fetch(j * 4, 64);
+    for (std::size_t t = j; t < j + 16; ++t) panel_step<false, Nr, Nv>(rows, x, t, acc);
+  }
+  for (; j < pairs; ++j) panel_step<false, Nr, Nv>(rows, x, j, acc);
+  if (c.cols % 2 == 1) panel_step<true, Nr, Nv>(rows, x, pairs, acc);
+  INFERCAST_UNROLL
+  for (int v = 0; v < Nv; ++v) {
+    const std::size_t b0 = (a0 + v) * kPanelLanes;
+    const std::size_t n = std::min(kPanelLanes, c.batch - b0);
+    INFERCAST_UNROLL
+    for (int i = 0; i < Nr; ++i) {
+      alignas(64) float sums[kPanelLanes];
+      _mm512_store_ps(sums, acc[i][v]);
+      for (std::size_t l = 0; l < n; ++l) c.y[(b0 + l) * c.ldy + r + i] = sums[l];
+    }
+  }
+}
+
+// Every activation block against Nr weight rows from r: pairs of blocks, then an odd last one.
+// The rows stay in L2 from the first pair to the last, so each is read from DRAM once.
+template <int Nr>
+void panel_blocks(const GemmCall& c, std::size_t r) {
+  const std::size_t blocks = (c.batch + kPanelLanes - 1) / kPanelLanes;
+  std::size_t a = 0;
+  for (; a + 2 <= blocks; a += 2) panel_bf16<Nr, 2>(c, r, a);
+  if (a < blocks) panel_bf16<Nr, 1>(c, r, a);
+}
+
+// Twelve weight rows at a time (24 accumulators against a pair of blocks); a thread's last rows
+// take a block of their own size.
+void rows_bf16_panel(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t*) {
+  constexpr int kNr = 12;
+  std::size_t r = begin;
+  for (; r + kNr <= end; r += kNr) panel_blocks<kNr>(c, r);
+  if (r < end) with_count<kNr - 1>(end - r, [&](auto nr) { panel_blocks<decltype(nr)::value>(c, r); });
+}
+
 const PackFns kPack{q8_0_packed_bytes<GgmlType::q8_0>, pack_q8_0<GgmlType::q8_0>,
                     q8_0_packed_bytes<GgmlType::q4_0>, pack_q8_0<GgmlType::q4_0>,
                     q8_k_packed_bytes,                 pack_q8_k<GgmlType::q4_k>,
@@ -820,16 +938,21 @@ const PackFns kPack{q8_0_packed_bytes<GgmlType::q8_0>, pack_q8_0<GgmlType::q8_0>
 const std::array<GemmKernel, 8> kPlain = make_kernels<false>("avx512", kPack);
 const std::array<GemmKernel, 8> kVnni = make_kernels<true>("avx512_vnni", kPack);
 const GemmKernel kBf16Dot{"avx512_bf16", GgmlType::bf16, bf16_packed_bytes, pack_bf16_split, 1,
-                          rows_driver<RowBf16Dot<true>::Row, kFloatBatchRows>, 1, nullptr};
+                          rows_driver<RowBf16Dot<true>::Row, kFloatBatchRows, kFloatMaxLast>, 1, nullptr};
 const GemmKernel kBf16Round{"avx512_bf16_round", GgmlType::bf16, bf16_round_packed_bytes, pack_bf16_round, 1,
-                            rows_driver<RowBf16Dot<false>::Row, kFloatBatchRows>, 1, nullptr};
+                            rows_driver<RowBf16Dot<false>::Row, kFloatBatchRows, kFloatMaxLast>, 1, nullptr};
+const GemmKernel kBf16Panel{"avx512_bf16_panel", GgmlType::bf16, bf16_panel_bytes, pack_bf16_panel, kPanelLanes,
+                            rows_bf16_panel, 1, nullptr};
 
 const ActivationQuantizers kQuantizers{quantize_q8_0_avx512, quantize_q8_k_avx512};
 
 }  // namespace
 
 const GemmKernel* avx512_gemm_kernel(GgmlType type, const CpuFeatures& cpu, std::size_t batch) {
-  if (type == GgmlType::bf16 && cpu.avx512_bf16) return batch >= kBf16RoundMinBatch ? &kBf16Round : &kBf16Dot;
+  if (type == GgmlType::bf16 && cpu.avx512_bf16) {
+    if (batch >= kBf16PanelMinBatch) return &kBf16Panel;
+    return batch >= kBf16RoundMinBatch ? &kBf16Round : &kBf16Dot;
+  }
   return find_in(cpu.avx512_vnni ? kVnni : kPlain, type);
 }
 

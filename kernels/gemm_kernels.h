@@ -64,6 +64,9 @@ inline constexpr std::size_t kAmxMinBatch = 8;
 // From here on, batched products round activations to bf16 wherever the weights are bf16
 // (AMX tiles, AVX-512 BF16): the batches where those kernels are compute-bound.
 inline constexpr std::size_t kBf16RoundMinBatch = kAmxMinBatch;
+// From here on, AVX-512 BF16 batches take sixteen activation rows per vector
+// ("avx512_bf16_panel"; gemm_avx512.cpp says why).
+inline constexpr std::size_t kBf16PanelMinBatch = 16;
 // From this batch on, a block format is decoded to bf16 once per block of activation rows and
 // multiplied on BF16 tiles, instead of on INT8 tiles with an AVX-512 rescale per sub-block. The
 // crossover measured on 4096x4096, 2 threads (docs/PERFORMANCE.md): Q6_K, whose 16-weight

@@ -17,6 +17,7 @@
 #include "kernels/half.h"
 #include "kernels/interleave.h"
 #include "kernels/simd_quantize.h"
+#include "kernels/with_count.h"
 #include "kernels/x8_prefetch.h"
 
 namespace infercast {

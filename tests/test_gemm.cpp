@@ -91,8 +91,10 @@ Result run(const Case& c, IsaLevel level, unsigned threads, const CpuFeatures& f
 // format's after its scale) to 8-bit mantissas, at most 2^-9 each, so a product is off by at
 // most 2^-8 of its magnitude; they do not quantize activations to 8 bits, so they are held to
 // the exact product rather than to the scalar kernel's Q8 result. The AVX-512 BF16 kernel of
-// large batches rounds its activations the same way.
-bool rounds_to_bf16(const std::string& kernel) { return kernel == "amx_bf16" || kernel == "avx512_bf16_round"; }
+// large batches (both its kernels) rounds its activations the same way.
+bool rounds_to_bf16(const std::string& kernel) {
+  return kernel == "amx_bf16" || kernel == "avx512_bf16_round" || kernel == "avx512_bf16_panel";
+}
 
 float tolerance(const std::string& kernel, float magnitude) {
   if (rounds_to_bf16(kernel)) return 0x1.0p-8F * magnitude + 1e-6F;
@@ -198,11 +200,14 @@ TEST(GemmDispatch, LevelsPickTheirKernels) {
   }
   if (best >= IsaLevel::avx512 && host_cpu().avx512_bf16) {
     // BF16 keeps F32-like activations (high and low parts) while memory-bound, and rounds them
-    // to bf16 from the batches where AMX would: one vdpbf16ps per product.
+    // to bf16 from the batches where AMX would: one vdpbf16ps per product; from a vector's worth
+    // of activation rows (sixteen), one vdpbf16ps per pair of weights against sixteen of them.
     const GemmContext avx512(1, IsaLevel::avx512);
     EXPECT_EQ(avx512.kernel_name(GgmlType::bf16, 1, 4096), "avx512_bf16");
     EXPECT_EQ(avx512.kernel_name(GgmlType::bf16, kBf16RoundMinBatch - 1, 4096), "avx512_bf16");
     EXPECT_EQ(avx512.kernel_name(GgmlType::bf16, kBf16RoundMinBatch, 4096), "avx512_bf16_round");
+    EXPECT_EQ(avx512.kernel_name(GgmlType::bf16, kBf16PanelMinBatch - 1, 4096), "avx512_bf16_round");
+    EXPECT_EQ(avx512.kernel_name(GgmlType::bf16, kBf16PanelMinBatch, 4096), "avx512_bf16_panel");
   }
   if (best >= IsaLevel::amx) {
     GemmContext amx(1, IsaLevel::amx);
@@ -251,7 +256,9 @@ TEST(GemmSchedule, GuidedRowsEqualTheFixedSplitBitForBit) {
         std::vector<std::uint8_t> data = gguf;
         const WeightView v =
             relayout(make_weight_view(type, data.data(), rows, cols), data.data(), layout);
-        for (std::size_t batch : {1U, 3U, 5U}) {  // 5: a group of four activations and one alone
+        // 5: a group of four activations and one alone; 17: BF16's panel kernel, its weight rows
+        // in blocks of twelve and the thread's last rows in a smaller one.
+        for (std::size_t batch : {1U, 3U, 5U, 17U}) {
           const std::vector<float> x = testing::gaussian(batch * cols, 5);
           std::vector<float> guided(batch * rows, NAN), fixed(batch * rows, NAN);
           ASSERT_EQ(ctx.row_schedule(), GemmContext::RowSchedule::guided);
