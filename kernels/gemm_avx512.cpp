@@ -838,26 +838,83 @@ __mmask16 columns_from(std::size_t k, std::size_t cols) {
   return static_cast<__mmask16>(cols - k >= 16 ? 0xFFFF : (1U << (cols - k)) - 1);
 }
 
-// Activation rows [begin, end), begin a multiple of kPanelLanes (the pack step): each row
-// rounded to bf16 (as avx512_bf16_round rounds them), its pairs spread to its lane.
+// Sixteen vectors of sixteen 32-bit elements, transposed in place: element k of vector l goes to
+// element l of vector k. 64 shuffles, where the sixteen rows' 256 scalar stores into a block
+// cost the F32 panel kernels a tenth of their time at batch 64.
+INFERCAST_INLINE void transpose16(__m512 (&v)[16]) {
+  __m512 t[16];
+  // Within each 128-bit lane L: rows 2m and 2m+1 interleaved, then rows 4i..4i+3 at column 4L+c
+  // in t[4i + c].
+  INFERCAST_UNROLL
+  for (int m = 0; m < 8; ++m) {
+    t[2 * m] = _mm512_unpacklo_ps(v[2 * m], v[2 * m + 1]);
+    t[2 * m + 1] = _mm512_unpackhi_ps(v[2 * m], v[2 * m + 1]);
+  }
+  INFERCAST_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    v[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    v[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    v[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    v[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  // Column 4L + c is lane L of v[c], v[4 + c], v[8 + c], v[12 + c]: a 4 x 4 transpose of lanes.
+  INFERCAST_UNROLL
+  for (int c = 0; c < 4; ++c) {
+    const __m512 s0 = _mm512_shuffle_f32x4(v[c], v[4 + c], 0x44);
+    const __m512 s1 = _mm512_shuffle_f32x4(v[c], v[4 + c], 0xEE);
+    const __m512 s2 = _mm512_shuffle_f32x4(v[8 + c], v[12 + c], 0x44);
+    const __m512 s3 = _mm512_shuffle_f32x4(v[8 + c], v[12 + c], 0xEE);
+    t[c] = _mm512_shuffle_f32x4(s0, s2, 0x88);
+    t[4 + c] = _mm512_shuffle_f32x4(s0, s2, 0xDD);
+    t[8 + c] = _mm512_shuffle_f32x4(s1, s3, 0x88);
+    t[12 + c] = _mm512_shuffle_f32x4(s1, s3, 0xDD);
+  }
+  INFERCAST_UNROLL
+  for (int k = 0; k < 16; ++k) v[k] = t[k];
+}
+
+// Activation rows [begin, end) in blocks of sixteen (begin is a multiple of the pack step,
+// kPanelLanes): `chunk(x_row, k)` gives sixteen 32-bit elements of a row from element index k,
+// `per_chunk` of the row's elements at a time; the block's vector k holds element k of each of its
+// rows. A partial last block's missing rows are zeros, so its lanes hold no NaNs or denormals.
+template <std::size_t PerChunk, class Chunk>
+INFERCAST_INLINE void pack_transposed(const GemmCall& c, std::size_t begin, std::size_t end, std::size_t block_bytes,
+                                      std::size_t elements, Chunk chunk) {
+  for (std::size_t b0 = begin; b0 < end; b0 += kPanelLanes) {
+    auto* block = reinterpret_cast<float*>(c.packed + b0 / kPanelLanes * block_bytes);
+    for (std::size_t k = 0; k < elements; k += 16) {
+      __m512 v[16];
+      INFERCAST_UNROLL
+      for (std::size_t l = 0; l < 16; ++l) v[l] = b0 + l < end ? chunk(c.x + (b0 + l) * c.ldx, k * PerChunk / 16) : _mm512_setzero_ps();
+      transpose16(v);
+      const std::size_t n = std::min<std::size_t>(16, elements - k);
+      for (std::size_t t = 0; t < n; ++t) _mm512_store_ps(block + (k + t) * kPanelLanes, v[t]);
+    }
+  }
+}
+
+// BF16: each row rounded to bf16 (as avx512_bf16_round rounds them), its pairs of columns one
+// element.
 void pack_bf16_panel(const GemmCall& c, std::size_t begin, std::size_t end) {
-  const std::size_t padded = round_up(c.cols, 32);
-  // A partial last block: its missing rows are zeros, so their lanes hold no NaNs or denormals.
-  const std::size_t last = end == c.batch ? round_up(end, kPanelLanes) : end;
-  for (std::size_t b = begin; b < last; ++b) {
-    auto* block = reinterpret_cast<std::uint32_t*>(c.packed + b / kPanelLanes * bf16_panel_block(c.cols));
-    const std::size_t lane = b % kPanelLanes;
-    const float* x = c.x + b * c.ldx;
-    for (std::size_t k = 0; k < padded; k += 32) {
-      alignas(64) std::uint32_t pairs[16];
-      if (b < end) {
-        const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(columns_from(k + 16, c.cols), x + k + 16),
-                                               _mm512_maskz_loadu_ps(columns_from(k, c.cols), x + k));
-        _mm512_store_si512(pairs, reinterpret_cast<__m512i>(v));
-      } else {
-        std::memset(pairs, 0, sizeof(pairs));
-      }
-      for (std::size_t t = 0; t < 16; ++t) block[(k / 2 + t) * kPanelLanes + lane] = pairs[t];
+  pack_transposed<32>(c, begin, end, bf16_panel_block(c.cols), bf16_panel_pairs(c.cols), [&](const float* x, std::size_t k) {
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(columns_from(k + 16, c.cols), x + k + 16),
+                                           _mm512_maskz_loadu_ps(columns_from(k, c.cols), x + k));
+    return _mm512_castsi512_ps(reinterpret_cast<__m512i>(v));
+  });
+}
+
+// Each accumulator's lanes to the activation rows they stand for (those that exist).
+template <int Nr, int Nv>
+INFERCAST_INLINE void store_panel(const GemmCall& c, std::size_t r, std::size_t a0, const Accumulators<Nr, Nv>& acc) {
+  INFERCAST_UNROLL
+  for (int v = 0; v < Nv; ++v) {
+    const std::size_t b0 = (a0 + v) * kPanelLanes;
+    const std::size_t n = std::min(kPanelLanes, c.batch - b0);
+    INFERCAST_UNROLL
+    for (int i = 0; i < Nr; ++i) {
+      alignas(64) float sums[kPanelLanes];
+      _mm512_store_ps(sums, acc[i][v]);
+      for (std::size_t l = 0; l < n; ++l) c.y[(b0 + l) * c.ldy + r + i] = sums[l];
     }
   }
 }
@@ -899,17 +956,7 @@ void panel_bf16(const GemmCall& c, std::size_t r, std::size_t a0) {
   }
   for (; j < pairs; ++j) panel_step<false, Nr, Nv>(rows, x, j, acc);
   if (c.cols % 2 == 1) panel_step<true, Nr, Nv>(rows, x, pairs, acc);
-  INFERCAST_UNROLL
-  for (int v = 0; v < Nv; ++v) {
-    const std::size_t b0 = (a0 + v) * kPanelLanes;
-    const std::size_t n = std::min(kPanelLanes, c.batch - b0);
-    INFERCAST_UNROLL
-    for (int i = 0; i < Nr; ++i) {
-      alignas(64) float sums[kPanelLanes];
-      _mm512_store_ps(sums, acc[i][v]);
-      for (std::size_t l = 0; l < n; ++l) c.y[(b0 + l) * c.ldy + r + i] = sums[l];
-    }
-  }
+  store_panel<Nr, Nv>(c, r, a0, acc);
 }
 
 // Every activation block against Nr weight rows from r: pairs of blocks, then an odd last one.
@@ -931,6 +978,102 @@ void rows_bf16_panel(const GemmCall& c, std::size_t begin, std::size_t end, std:
   if (r < end) with_count<kNr - 1>(end - r, [&](auto nr) { panel_blocks<decltype(nr)::value>(c, r); });
 }
 
+// F32 and F16 from kFloatPanelMinBatch (F16: kF16PanelMinBatch) activation rows on: the same
+// turn with FMAs. The activations are packed transposed as F32, a weight is one broadcast, and
+// twelve rows against two blocks of sixteen activation rows are 24 accumulators. F16 rows are
+// widened to F32 once per block of rows, into the thread's scratch, and every activation block
+// broadcasts them from there: widening at each broadcast would cost a conversion per two FMAs.
+// Widening a stretch of columns at a time (in L1) instead measured 0.85x this at batches 64
+// and 128, and neither beat the row kernels at 16 or 24 (Zen 5, docs/PERFORMANCE.md).
+std::size_t float_panel_block(std::size_t cols) { return cols * 64; }
+std::size_t float_panel_bytes(std::size_t batch, std::size_t cols) {
+  return round_up(batch, kPanelLanes) / kPanelLanes * float_panel_block(cols);
+}
+
+void pack_float_panel(const GemmCall& c, std::size_t begin, std::size_t end) {
+  pack_transposed<16>(c, begin, end, float_panel_block(c.cols), c.cols,
+                      [&](const float* x, std::size_t k) { return _mm512_maskz_loadu_ps(columns_from(k, c.cols), x + k); });
+}
+
+constexpr int kPanelRows = 12;
+
+template <int Nr, int Nv>
+INFERCAST_INLINE void float_panel_step(const float* const (&rows)[Nr], const float* const (&x)[Nv], std::size_t k,
+                                       Accumulators<Nr, Nv>& acc) {
+  __m512 xv[Nv];
+  INFERCAST_UNROLL
+  for (int v = 0; v < Nv; ++v) xv[v] = _mm512_load_ps(x[v] + k * kPanelLanes);
+  INFERCAST_UNROLL
+  for (int i = 0; i < Nr; ++i) {
+    const __m512 w = _mm512_set1_ps(rows[i][k]);
+    INFERCAST_UNROLL
+    for (int v = 0; v < Nv; ++v) acc[i][v] = _mm512_fmadd_ps(xv[v], w, acc[i][v]);
+  }
+}
+
+// Nr weight rows from r, as F32 (in c.w with `Prefetch`, else widened in scratch), against Nv
+// activation blocks from block a0.
+template <bool Prefetch, int Nr, int Nv>
+void panel_float(const GemmCall& c, const float* const (&rows)[Nr], std::size_t r, std::size_t a0) {
+  const float* x[Nv];
+  for (int v = 0; v < Nv; ++v) x[v] = reinterpret_cast<const float*>(c.packed + (a0 + v) * float_panel_block(c.cols));
+  Accumulators<Nr, Nv> acc;
+  zero<Nr, Nv>(acc);
+  const StreamPrefetch<Nr> ahead(c, r);
+  std::size_t k = 0;
+  // Sixteen columns (a line of each F32 row) per prefetch.
+  for (; k + 16 <= c.cols; k += 16) {
+    if constexpr (Prefetch) ahead.fetch(k * 4, 64);
+    for (std::size_t t = k; t < k + 16; ++t) float_panel_step<Nr, Nv>(rows, x, t, acc);
+  }
+  for (; k < c.cols; ++k) float_panel_step<Nr, Nv>(rows, x, k, acc);
+  store_panel<Nr, Nv>(c, r, a0, acc);
+}
+
+std::size_t f16_widened_row(std::size_t cols) { return round_up(cols, 16); }
+std::size_t f16_panel_scratch(std::size_t cols) { return kPanelRows * f16_widened_row(cols) * sizeof(float); }
+
+// F16 rows r..r+Nr widened into `out`; each line read asks for the same line of the next
+// block's row, which the thread takes next.
+template <int Nr>
+void widen_f16_rows(const GemmCall& c, std::size_t r, float* out) {
+  for (int i = 0; i < Nr; ++i) {
+    const auto* row = reinterpret_cast<const std::uint16_t*>(c.w + (r + i) * c.row_bytes);
+    const std::uintptr_t next = reinterpret_cast<std::uintptr_t>(row) + Nr * c.row_bytes;
+    for (std::size_t k = 0; k < c.cols; k += 16) {
+      // Integer arithmetic: the address may lie past the buffer, which a pointer may not.
+      if (k % 32 == 0) _mm_prefetch(reinterpret_cast<const char*>(next + 2 * k), _MM_HINT_T1);
+      const __m256i h = _mm256_maskz_loadu_epi16(columns_from(k, c.cols), row + k);
+      _mm512_store_ps(out + i * f16_widened_row(c.cols) + k, _mm512_cvtph_ps(h));
+    }
+  }
+}
+
+// Every activation block against Nr weight rows from r, in pairs of blocks and an odd last one.
+template <GgmlType W, int Nr>
+void float_panel_blocks(const GemmCall& c, std::size_t r, std::uint8_t* scratch) {
+  const float* rows[Nr];
+  if constexpr (W == GgmlType::f16) {
+    auto* widened = reinterpret_cast<float*>(scratch);
+    widen_f16_rows<Nr>(c, r, widened);
+    for (int i = 0; i < Nr; ++i) rows[i] = widened + i * f16_widened_row(c.cols);
+  } else {
+    for (int i = 0; i < Nr; ++i) rows[i] = reinterpret_cast<const float*>(c.w + (r + i) * c.row_bytes);
+  }
+  constexpr bool kPrefetch = W == GgmlType::f32;
+  const std::size_t blocks = (c.batch + kPanelLanes - 1) / kPanelLanes;
+  std::size_t a = 0;
+  for (; a + 2 <= blocks; a += 2) panel_float<kPrefetch, Nr, 2>(c, rows, r, a);
+  if (a < blocks) panel_float<kPrefetch, Nr, 1>(c, rows, r, a);
+}
+
+template <GgmlType W>
+void rows_float_panel(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t* scratch) {
+  std::size_t r = begin;
+  for (; r + kPanelRows <= end; r += kPanelRows) float_panel_blocks<W, kPanelRows>(c, r, scratch);
+  if (r < end) with_count<kPanelRows - 1>(end - r, [&](auto nr) { float_panel_blocks<W, decltype(nr)::value>(c, r, scratch); });
+}
+
 const PackFns kPack{q8_0_packed_bytes<GgmlType::q8_0>, pack_q8_0<GgmlType::q8_0>,
                     q8_0_packed_bytes<GgmlType::q4_0>, pack_q8_0<GgmlType::q4_0>,
                     q8_k_packed_bytes,                 pack_q8_k<GgmlType::q4_k>,
@@ -943,6 +1086,10 @@ const GemmKernel kBf16Round{"avx512_bf16_round", GgmlType::bf16, bf16_round_pack
                             rows_driver<RowBf16Dot<false>::Row, kFloatBatchRows, kFloatMaxLast>, 1, nullptr};
 const GemmKernel kBf16Panel{"avx512_bf16_panel", GgmlType::bf16, bf16_panel_bytes, pack_bf16_panel, kPanelLanes,
                             rows_bf16_panel, 1, nullptr};
+const GemmKernel kF32Panel{"avx512_panel", GgmlType::f32, float_panel_bytes, pack_float_panel, kPanelLanes,
+                           rows_float_panel<GgmlType::f32>, 1, nullptr};
+const GemmKernel kF16Panel{"avx512_panel", GgmlType::f16, float_panel_bytes, pack_float_panel, kPanelLanes,
+                           rows_float_panel<GgmlType::f16>, 1, f16_panel_scratch};
 
 const ActivationQuantizers kQuantizers{quantize_q8_0_avx512, quantize_q8_k_avx512};
 
@@ -953,6 +1100,8 @@ const GemmKernel* avx512_gemm_kernel(GgmlType type, const CpuFeatures& cpu, std:
     if (batch >= kBf16PanelMinBatch) return &kBf16Panel;
     return batch >= kBf16RoundMinBatch ? &kBf16Round : &kBf16Dot;
   }
+  if (type == GgmlType::f32 && batch >= kFloatPanelMinBatch) return &kF32Panel;
+  if (type == GgmlType::f16 && batch >= kF16PanelMinBatch) return &kF16Panel;
   return find_in(cpu.avx512_vnni ? kVnni : kPlain, type);
 }
 

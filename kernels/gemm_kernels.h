@@ -67,6 +67,10 @@ inline constexpr std::size_t kBf16RoundMinBatch = kAmxMinBatch;
 // From here on, AVX-512 BF16 batches take sixteen activation rows per vector
 // ("avx512_bf16_panel"; gemm_avx512.cpp says why).
 inline constexpr std::size_t kBf16PanelMinBatch = 16;
+// The same for F32 weights ("avx512_panel"), and for F16 weights, which are widened to F32
+// once per block of rows and win only where the batch repays that.
+inline constexpr std::size_t kFloatPanelMinBatch = 16;
+inline constexpr std::size_t kF16PanelMinBatch = 32;
 // From this batch on, a block format is decoded to bf16 once per block of activation rows and
 // multiplied on BF16 tiles, instead of on INT8 tiles with an AVX-512 rescale per sub-block. The
 // crossover measured on 4096x4096, 2 threads (docs/PERFORMANCE.md): Q6_K, whose 16-weight

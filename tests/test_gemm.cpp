@@ -183,7 +183,7 @@ class GemmFloatFormats : public ::testing::TestWithParam<GgmlType> {};
 TEST_P(GemmFloatFormats, RowLengthNotAMultipleOfTheVector) {
   const GgmlType t = GetParam();
   for (std::size_t cols : {1U, 7U, 33U, 100U}) {
-    for (std::size_t batch : {1U, 5U, 16U}) check_all_levels({t, 19, cols, batch, Pattern::gaussian});
+    for (std::size_t batch : {1U, 5U, 16U, 33U}) check_all_levels({t, 19, cols, batch, Pattern::gaussian});
   }
 }
 
@@ -208,6 +208,13 @@ TEST(GemmDispatch, LevelsPickTheirKernels) {
     EXPECT_EQ(avx512.kernel_name(GgmlType::bf16, kBf16RoundMinBatch, 4096), "avx512_bf16_round");
     EXPECT_EQ(avx512.kernel_name(GgmlType::bf16, kBf16PanelMinBatch - 1, 4096), "avx512_bf16_round");
     EXPECT_EQ(avx512.kernel_name(GgmlType::bf16, kBf16PanelMinBatch, 4096), "avx512_bf16_panel");
+  }
+  if (best >= IsaLevel::avx512) {
+    const GemmContext avx512(1, IsaLevel::avx512);
+    EXPECT_NE(avx512.kernel_name(GgmlType::f32, kFloatPanelMinBatch - 1, 4096), "avx512_panel");
+    EXPECT_EQ(avx512.kernel_name(GgmlType::f32, kFloatPanelMinBatch, 4096), "avx512_panel");
+    EXPECT_NE(avx512.kernel_name(GgmlType::f16, kF16PanelMinBatch - 1, 4096), "avx512_panel");
+    EXPECT_EQ(avx512.kernel_name(GgmlType::f16, kF16PanelMinBatch, 4096), "avx512_panel");
   }
   if (best >= IsaLevel::amx) {
     GemmContext amx(1, IsaLevel::amx);
@@ -256,9 +263,10 @@ TEST(GemmSchedule, GuidedRowsEqualTheFixedSplitBitForBit) {
         std::vector<std::uint8_t> data = gguf;
         const WeightView v =
             relayout(make_weight_view(type, data.data(), rows, cols), data.data(), layout);
-        // 5: a group of four activations and one alone; 17: BF16's panel kernel, its weight rows
-        // in blocks of twelve and the thread's last rows in a smaller one.
-        for (std::size_t batch : {1U, 3U, 5U, 17U}) {
+        // 5: a group of four activations and one alone; 33: the float formats' panel kernels,
+        // weight rows in blocks of twelve and a thread's last rows in a smaller one, activation
+        // rows in a pair of blocks and a partial third.
+        for (std::size_t batch : {1U, 3U, 5U, 33U}) {
           const std::vector<float> x = testing::gaussian(batch * cols, 5);
           std::vector<float> guided(batch * rows, NAN), fixed(batch * rows, NAN);
           ASSERT_EQ(ctx.row_schedule(), GemmContext::RowSchedule::guided);
