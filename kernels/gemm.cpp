@@ -130,7 +130,7 @@ const GemmKernel& GemmContext::select(GgmlType type, WeightLayout layout, std::s
   const GemmKernel* k = nullptr;
   if (level_ >= IsaLevel::amx && batch >= kAmxMinBatch && cols % 32 == 0) k = amx_gemm_kernel(type, batch);
   if (k == nullptr && level_ >= IsaLevel::avx512) k = avx512_gemm_kernel(type, cpu, batch);
-  if (k == nullptr && level_ >= IsaLevel::avx2) k = avx2_gemm_kernel(type, cpu);
+  if (k == nullptr && level_ >= IsaLevel::avx2) k = avx2_gemm_kernel(type, cpu, batch);
   if (k == nullptr) k = scalar_gemm_kernel(type);
   if (k == nullptr) throw UsageError(fmt::format("no kernel for {}", format_info(type).name));
   return *k;

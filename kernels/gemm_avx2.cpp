@@ -11,6 +11,7 @@
 #include "kernels/half.h"
 #include "kernels/simd_quantize.h"
 #include "kernels/stream_prefetch.h"
+#include "kernels/with_count.h"
 
 namespace infercast {
 namespace {
@@ -401,15 +402,79 @@ void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
 
 #include "kernels/gemm_simd_common.inc"
 
+// The panels' vocabulary (kernels/float_panel.inc): eight activation rows per vector, and six
+// weight rows against two blocks of them in 12 of the 16 registers.
+using PanelVec = __m256;
+constexpr std::size_t kPanelLanes = 8;
+constexpr int kPanelRows = 6;
+
+INFERCAST_INLINE __m256 panel_zero() { return _mm256_setzero_ps(); }
+INFERCAST_INLINE __m256 panel_set1(float v) { return _mm256_set1_ps(v); }
+INFERCAST_INLINE __m256 panel_fma(__m256 a, __m256 b, __m256 acc) { return _mm256_fmadd_ps(a, b, acc); }
+INFERCAST_INLINE __m256 panel_load(const float* p) { return _mm256_load_ps(p); }
+INFERCAST_INLINE void panel_store(float* p, __m256 v) { _mm256_store_ps(p, v); }
+INFERCAST_INLINE __m256 panel_columns(const float* x, std::size_t k, std::size_t cols) {
+  if (k + 8 <= cols) return _mm256_loadu_ps(x + k);
+  alignas(32) float part[8] = {};
+  for (std::size_t t = k; t < cols; ++t) part[t - k] = x[t];
+  return _mm256_load_ps(part);
+}
+template <GgmlType W>
+INFERCAST_INLINE __m256 widen_weights(const std::uint8_t* row, std::size_t k, std::size_t cols) {
+  if (k + 8 <= cols) return load_weights8<W>(row, k);
+  alignas(32) float part[8] = {};
+  for (std::size_t t = k; t < cols; ++t) part[t - k] = weight_at<W>(row, t);
+  return _mm256_load_ps(part);
+}
+
+// Eight vectors of eight floats, transposed in place: element k of vector l goes to element l of
+// vector k, in 24 shuffles.
+INFERCAST_INLINE void transpose_panel(__m256 (&v)[8]) {
+  __m256 t[8];
+  // Within each 128-bit lane L: rows 2m and 2m+1 interleaved, then rows 4i..4i+3 at column 4L+c
+  // in v[4i + c].
+  INFERCAST_UNROLL
+  for (int m = 0; m < 4; ++m) {
+    t[2 * m] = _mm256_unpacklo_ps(v[2 * m], v[2 * m + 1]);
+    t[2 * m + 1] = _mm256_unpackhi_ps(v[2 * m], v[2 * m + 1]);
+  }
+  INFERCAST_UNROLL
+  for (int i = 0; i < 2; ++i) {
+    v[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    v[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    v[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    v[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  // Column c is the low lanes of v[c] and v[4 + c], column 4 + c their high lanes.
+  INFERCAST_UNROLL
+  for (int c = 0; c < 4; ++c) {
+    t[c] = _mm256_permute2f128_ps(v[c], v[4 + c], 0x20);
+    t[4 + c] = _mm256_permute2f128_ps(v[c], v[4 + c], 0x31);
+  }
+  INFERCAST_UNROLL
+  for (int k = 0; k < 8; ++k) v[k] = t[k];
+}
+
+#include "kernels/float_panel.inc"
+
 const PackFns kPack{packed_bytes<BlockQ8_0>, pack_q8_0, packed_bytes<BlockQ8_0>, pack_q8_0,
                     packed_bytes<BlockQ8_K>, pack_q8_k, pack_q8_k};
 const std::array<GemmKernel, 8> kPlain = make_kernels<false>("avx2", kPack);
 const std::array<GemmKernel, 8> kVnni = make_kernels<true>("avx2_vnni", kPack);
 const ActivationQuantizers kQuantizers{quantize_q8_0_avx2, quantize_q8_k_avx2};
+const std::array<GemmKernel, 3> kPanels{float_panel_kernel<GgmlType::f32>("avx2_panel"),
+                                        float_panel_kernel<GgmlType::f16>("avx2_panel"),
+                                        float_panel_kernel<GgmlType::bf16>("avx2_panel")};
 
 }  // namespace
 
-const GemmKernel* avx2_gemm_kernel(GgmlType type, const CpuFeatures& cpu) {
+const GemmKernel* avx2_gemm_kernel(GgmlType type, const CpuFeatures& cpu, std::size_t batch) {
+  const std::size_t panel_from = type == GgmlType::f32 ? kFloatPanelMinBatch : kWidenedPanelMinBatch;
+  if (batch >= panel_from) {
+    for (const auto& k : kPanels) {
+      if (k.type == type) return &k;
+    }
+  }
   return find_in(cpu.avx_vnni ? kVnni : kPlain, type);
 }
 

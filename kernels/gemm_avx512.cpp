@@ -815,22 +815,11 @@ struct RowBf16Dot {
 
 #include "kernels/gemm_simd_common.inc"
 
-// From kBf16PanelMinBatch activation rows on, BF16 batches turn the product around: the
-// activations are packed transposed, sixteen activation rows to a vector (lane l holds row l's
-// columns 2j and 2j+1), so a weight row's pair of columns is one 32-bit broadcast and one
-// vdpbf16ps adds it into sixteen outputs. The row kernels above hold one output per vector and
-// load an activation vector for every four products; from L2 at batch 64 that held
-// avx512_bf16_round to 38% of the BF16 dot peak (Zen 5). Here a block of twelve weight rows
-// against thirty-two activation rows is 24 accumulators fed by two vector loads and twelve
-// broadcasts per pair of columns, and no sum is reduced across lanes. Every output is the same
-// chain of vdpbf16ps over its pairs, in column order, whatever block it fell in.
-constexpr std::size_t kPanelLanes = 16;  // activation rows per vector
-
-std::size_t bf16_panel_pairs(std::size_t cols) { return round_up(cols, 32) / 2; }
-std::size_t bf16_panel_block(std::size_t cols) { return bf16_panel_pairs(cols) * 64; }
-std::size_t bf16_panel_bytes(std::size_t batch, std::size_t cols) {
-  return round_up(batch, kPanelLanes) / kPanelLanes * bf16_panel_block(cols);
-}
+// The panels' vocabulary (kernels/float_panel.inc): sixteen activation rows per vector, and
+// twelve weight rows against two blocks of them in 24 of the 32 registers.
+using PanelVec = __m512;
+constexpr std::size_t kPanelLanes = 16;
+constexpr int kPanelRows = 12;
 
 // The lanes of sixteen columns from k that a row of `cols` has.
 __mmask16 columns_from(std::size_t k, std::size_t cols) {
@@ -838,13 +827,25 @@ __mmask16 columns_from(std::size_t k, std::size_t cols) {
   return static_cast<__mmask16>(cols - k >= 16 ? 0xFFFF : (1U << (cols - k)) - 1);
 }
 
+INFERCAST_INLINE __m512 panel_zero() { return _mm512_setzero_ps(); }
+INFERCAST_INLINE __m512 panel_set1(float v) { return _mm512_set1_ps(v); }
+INFERCAST_INLINE __m512 panel_fma(__m512 a, __m512 b, __m512 acc) { return _mm512_fmadd_ps(a, b, acc); }
+INFERCAST_INLINE __m512 panel_load(const float* p) { return _mm512_load_ps(p); }
+INFERCAST_INLINE void panel_store(float* p, __m512 v) { _mm512_store_ps(p, v); }
+INFERCAST_INLINE __m512 panel_columns(const float* x, std::size_t k, std::size_t cols) {
+  return _mm512_maskz_loadu_ps(columns_from(k, cols), x + k);
+}
+template <GgmlType W>
+INFERCAST_INLINE __m512 widen_weights(const std::uint8_t* row, std::size_t k, std::size_t cols) {
+  return load_weights16<W>(row, k, columns_from(k, cols));
+}
+
 // Sixteen vectors of sixteen 32-bit elements, transposed in place: element k of vector l goes to
-// element l of vector k. 64 shuffles, where the sixteen rows' 256 scalar stores into a block
-// cost the F32 panel kernels a tenth of their time at batch 64.
-INFERCAST_INLINE void transpose16(__m512 (&v)[16]) {
+// element l of vector k, in 64 shuffles.
+INFERCAST_INLINE void transpose_panel(__m512 (&v)[16]) {
   __m512 t[16];
   // Within each 128-bit lane L: rows 2m and 2m+1 interleaved, then rows 4i..4i+3 at column 4L+c
-  // in t[4i + c].
+  // in v[4i + c].
   INFERCAST_UNROLL
   for (int m = 0; m < 8; ++m) {
     t[2 * m] = _mm512_unpacklo_ps(v[2 * m], v[2 * m + 1]);
@@ -873,57 +874,32 @@ INFERCAST_INLINE void transpose16(__m512 (&v)[16]) {
   for (int k = 0; k < 16; ++k) v[k] = t[k];
 }
 
-// Activation rows [begin, end) in blocks of sixteen (begin is a multiple of the pack step,
-// kPanelLanes): `chunk(x_row, k)` gives sixteen 32-bit elements of a row from element index k,
-// `per_chunk` of the row's elements at a time; the block's vector k holds element k of each of its
-// rows. A partial last block's missing rows are zeros, so its lanes hold no NaNs or denormals.
-template <std::size_t PerChunk, class Chunk>
-INFERCAST_INLINE void pack_transposed(const GemmCall& c, std::size_t begin, std::size_t end, std::size_t block_bytes,
-                                      std::size_t elements, Chunk chunk) {
-  for (std::size_t b0 = begin; b0 < end; b0 += kPanelLanes) {
-    auto* block = reinterpret_cast<float*>(c.packed + b0 / kPanelLanes * block_bytes);
-    for (std::size_t k = 0; k < elements; k += 16) {
-      __m512 v[16];
-      INFERCAST_UNROLL
-      for (std::size_t l = 0; l < 16; ++l) v[l] = b0 + l < end ? chunk(c.x + (b0 + l) * c.ldx, k * PerChunk / 16) : _mm512_setzero_ps();
-      transpose16(v);
-      const std::size_t n = std::min<std::size_t>(16, elements - k);
-      for (std::size_t t = 0; t < n; ++t) _mm512_store_ps(block + (k + t) * kPanelLanes, v[t]);
-    }
-  }
+#include "kernels/float_panel.inc"
+
+// BF16 with AVX512-BF16, from kBf16PanelMinBatch activation rows on: a panel whose element is a
+// pair of columns. Each activation row is rounded to bf16 (as avx512_bf16_round rounds them) and
+// lane l of vector j holds row l's columns 2j and 2j+1, so a weight row's pair is one 32-bit
+// broadcast and one vdpbf16ps adds it into sixteen outputs. At batch 64 the row kernel, an
+// activation vector loaded from L2 for every four products, held avx512_bf16_round to 38% of
+// the BF16 dot peak (Zen 5).
+std::size_t bf16_panel_pairs(std::size_t cols) { return round_up(cols, 32) / 2; }
+std::size_t bf16_panel_block(std::size_t cols) { return bf16_panel_pairs(cols) * 64; }
+std::size_t bf16_panel_bytes(std::size_t batch, std::size_t cols) {
+  return round_up(batch, kPanelLanes) / kPanelLanes * bf16_panel_block(cols);
 }
 
-// BF16: each row rounded to bf16 (as avx512_bf16_round rounds them), its pairs of columns one
-// element.
 void pack_bf16_panel(const GemmCall& c, std::size_t begin, std::size_t end) {
-  pack_transposed<32>(c, begin, end, bf16_panel_block(c.cols), bf16_panel_pairs(c.cols), [&](const float* x, std::size_t k) {
-    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(columns_from(k + 16, c.cols), x + k + 16),
-                                           _mm512_maskz_loadu_ps(columns_from(k, c.cols), x + k));
+  pack_transposed(c, begin, end, bf16_panel_block(c.cols), bf16_panel_pairs(c.cols), [&](const float* x, std::size_t j) {
+    const __m512bh v = _mm512_cvtne2ps_pbh(panel_columns(x, 2 * j + 16, c.cols), panel_columns(x, 2 * j, c.cols));
     return _mm512_castsi512_ps(reinterpret_cast<__m512i>(v));
   });
-}
-
-// Each accumulator's lanes to the activation rows they stand for (those that exist).
-template <int Nr, int Nv>
-INFERCAST_INLINE void store_panel(const GemmCall& c, std::size_t r, std::size_t a0, const Accumulators<Nr, Nv>& acc) {
-  INFERCAST_UNROLL
-  for (int v = 0; v < Nv; ++v) {
-    const std::size_t b0 = (a0 + v) * kPanelLanes;
-    const std::size_t n = std::min(kPanelLanes, c.batch - b0);
-    INFERCAST_UNROLL
-    for (int i = 0; i < Nr; ++i) {
-      alignas(64) float sums[kPanelLanes];
-      _mm512_store_ps(sums, acc[i][v]);
-      for (std::size_t l = 0; l < n; ++l) c.y[(b0 + l) * c.ldy + r + i] = sums[l];
-    }
-  }
 }
 
 // Pair j of Nr weight rows (a pair is two columns: 32 bits) against Nv activation blocks.
 // `Odd`: the pair is a row's last column alone, its second weight zero.
 template <bool Odd, int Nr, int Nv>
-INFERCAST_INLINE void panel_step(const std::uint16_t* const (&rows)[Nr], const __m512i* const (&x)[Nv], std::size_t j,
-                                 Accumulators<Nr, Nv>& acc) {
+INFERCAST_INLINE void bf16_panel_step(const std::uint16_t* const (&rows)[Nr], const __m512i* const (&x)[Nv], std::size_t j,
+                                      PanelAccumulators<Nr, Nv>& acc) {
   __m512bh xv[Nv];
   INFERCAST_UNROLL
   for (int v = 0; v < Nv; ++v) xv[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(x[v] + j));
@@ -944,7 +920,7 @@ void panel_bf16(const GemmCall& c, std::size_t r, std::size_t a0) {
   for (int i = 0; i < Nr; ++i) rows[i] = reinterpret_cast<const std::uint16_t*>(c.w + (r + i) * c.row_bytes);
   const __m512i* x[Nv];
   for (int v = 0; v < Nv; ++v) x[v] = reinterpret_cast<const __m512i*>(c.packed + (a0 + v) * bf16_panel_block(c.cols));
-  Accumulators<Nr, Nv> acc;
+  PanelAccumulators<Nr, Nv> acc;
   zero<Nr, Nv>(acc);
   const StreamPrefetch<Nr> ahead(c, r);
   const std::size_t pairs = c.cols / 2;
@@ -952,126 +928,17 @@ void panel_bf16(const GemmCall& c, std::size_t r, std::size_t a0) {
   // Sixteen pairs (a line of each row) per prefetch.
   for (; j + 16 <= pairs; j += 16) {
     ahead.fetch(j * 4, 64);
-    for (std::size_t t = j; t < j + 16; ++t) panel_step<false, Nr, Nv>(rows, x, t, acc);
+    for (std::size_t t = j; t < j + 16; ++t) bf16_panel_step<false, Nr, Nv>(rows, x, t, acc);
   }
-  for (; j < pairs; ++j) panel_step<false, Nr, Nv>(rows, x, j, acc);
-  if (c.cols % 2 == 1) panel_step<true, Nr, Nv>(rows, x, pairs, acc);
+  for (; j < pairs; ++j) bf16_panel_step<false, Nr, Nv>(rows, x, j, acc);
+  if (c.cols % 2 == 1) bf16_panel_step<true, Nr, Nv>(rows, x, pairs, acc);
   store_panel<Nr, Nv>(c, r, a0, acc);
 }
 
-// Every activation block against Nr weight rows from r: pairs of blocks, then an odd last one.
-// The rows stay in L2 from the first pair to the last, so each is read from DRAM once.
-template <int Nr>
-void panel_blocks(const GemmCall& c, std::size_t r) {
-  const std::size_t blocks = (c.batch + kPanelLanes - 1) / kPanelLanes;
-  std::size_t a = 0;
-  for (; a + 2 <= blocks; a += 2) panel_bf16<Nr, 2>(c, r, a);
-  if (a < blocks) panel_bf16<Nr, 1>(c, r, a);
-}
-
-// Twelve weight rows at a time (24 accumulators against a pair of blocks); a thread's last rows
-// take a block of their own size.
 void rows_bf16_panel(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t*) {
-  constexpr int kNr = 12;
-  std::size_t r = begin;
-  for (; r + kNr <= end; r += kNr) panel_blocks<kNr>(c, r);
-  if (r < end) with_count<kNr - 1>(end - r, [&](auto nr) { panel_blocks<decltype(nr)::value>(c, r); });
-}
-
-// F32 and F16 from kFloatPanelMinBatch (F16: kF16PanelMinBatch) activation rows on: the same
-// turn with FMAs. The activations are packed transposed as F32, a weight is one broadcast, and
-// twelve rows against two blocks of sixteen activation rows are 24 accumulators. F16 rows are
-// widened to F32 once per block of rows, into the thread's scratch, and every activation block
-// broadcasts them from there: widening at each broadcast would cost a conversion per two FMAs.
-// Widening a stretch of columns at a time (in L1) instead measured 0.85x this at batches 64
-// and 128, and neither beat the row kernels at 16 or 24 (Zen 5, docs/PERFORMANCE.md).
-std::size_t float_panel_block(std::size_t cols) { return cols * 64; }
-std::size_t float_panel_bytes(std::size_t batch, std::size_t cols) {
-  return round_up(batch, kPanelLanes) / kPanelLanes * float_panel_block(cols);
-}
-
-void pack_float_panel(const GemmCall& c, std::size_t begin, std::size_t end) {
-  pack_transposed<16>(c, begin, end, float_panel_block(c.cols), c.cols,
-                      [&](const float* x, std::size_t k) { return _mm512_maskz_loadu_ps(columns_from(k, c.cols), x + k); });
-}
-
-constexpr int kPanelRows = 12;
-
-template <int Nr, int Nv>
-INFERCAST_INLINE void float_panel_step(const float* const (&rows)[Nr], const float* const (&x)[Nv], std::size_t k,
-                                       Accumulators<Nr, Nv>& acc) {
-  __m512 xv[Nv];
-  INFERCAST_UNROLL
-  for (int v = 0; v < Nv; ++v) xv[v] = _mm512_load_ps(x[v] + k * kPanelLanes);
-  INFERCAST_UNROLL
-  for (int i = 0; i < Nr; ++i) {
-    const __m512 w = _mm512_set1_ps(rows[i][k]);
-    INFERCAST_UNROLL
-    for (int v = 0; v < Nv; ++v) acc[i][v] = _mm512_fmadd_ps(xv[v], w, acc[i][v]);
-  }
-}
-
-// Nr weight rows from r, as F32 (in c.w with `Prefetch`, else widened in scratch), against Nv
-// activation blocks from block a0.
-template <bool Prefetch, int Nr, int Nv>
-void panel_float(const GemmCall& c, const float* const (&rows)[Nr], std::size_t r, std::size_t a0) {
-  const float* x[Nv];
-  for (int v = 0; v < Nv; ++v) x[v] = reinterpret_cast<const float*>(c.packed + (a0 + v) * float_panel_block(c.cols));
-  Accumulators<Nr, Nv> acc;
-  zero<Nr, Nv>(acc);
-  const StreamPrefetch<Nr> ahead(c, r);
-  std::size_t k = 0;
-  // Sixteen columns (a line of each F32 row) per prefetch.
-  for (; k + 16 <= c.cols; k += 16) {
-    if constexpr (Prefetch) ahead.fetch(k * 4, 64);
-    for (std::size_t t = k; t < k + 16; ++t) float_panel_step<Nr, Nv>(rows, x, t, acc);
-  }
-  for (; k < c.cols; ++k) float_panel_step<Nr, Nv>(rows, x, k, acc);
-  store_panel<Nr, Nv>(c, r, a0, acc);
-}
-
-std::size_t f16_widened_row(std::size_t cols) { return round_up(cols, 16); }
-std::size_t f16_panel_scratch(std::size_t cols) { return kPanelRows * f16_widened_row(cols) * sizeof(float); }
-
-// F16 rows r..r+Nr widened into `out`; each line read asks for the same line of the next
-// block's row, which the thread takes next.
-template <int Nr>
-void widen_f16_rows(const GemmCall& c, std::size_t r, float* out) {
-  for (int i = 0; i < Nr; ++i) {
-    const auto* row = reinterpret_cast<const std::uint16_t*>(c.w + (r + i) * c.row_bytes);
-    const std::uintptr_t next = reinterpret_cast<std::uintptr_t>(row) + Nr * c.row_bytes;
-    for (std::size_t k = 0; k < c.cols; k += 16) {
-      // Integer arithmetic: the address may lie past the buffer, which a pointer may not.
-      if (k % 32 == 0) _mm_prefetch(reinterpret_cast<const char*>(next + 2 * k), _MM_HINT_T1);
-      const __m256i h = _mm256_maskz_loadu_epi16(columns_from(k, c.cols), row + k);
-      _mm512_store_ps(out + i * f16_widened_row(c.cols) + k, _mm512_cvtph_ps(h));
-    }
-  }
-}
-
-// Every activation block against Nr weight rows from r, in pairs of blocks and an odd last one.
-template <GgmlType W, int Nr>
-void float_panel_blocks(const GemmCall& c, std::size_t r, std::uint8_t* scratch) {
-  const float* rows[Nr];
-  if constexpr (W == GgmlType::f16) {
-    auto* widened = reinterpret_cast<float*>(scratch);
-    widen_f16_rows<Nr>(c, r, widened);
-    for (int i = 0; i < Nr; ++i) rows[i] = widened + i * f16_widened_row(c.cols);
-  } else {
-    for (int i = 0; i < Nr; ++i) rows[i] = reinterpret_cast<const float*>(c.w + (r + i) * c.row_bytes);
-  }
-  constexpr bool kPrefetch = W == GgmlType::f32;
-  const std::size_t blocks = (c.batch + kPanelLanes - 1) / kPanelLanes;
-  std::size_t a = 0;
-  for (; a + 2 <= blocks; a += 2) panel_float<kPrefetch, Nr, 2>(c, rows, r, a);
-  if (a < blocks) panel_float<kPrefetch, Nr, 1>(c, rows, r, a);
-}
-
-template <GgmlType W>
-void rows_float_panel(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t* scratch) {
-  std::size_t r = begin;
-  for (; r + kPanelRows <= end; r += kPanelRows) float_panel_blocks<W, kPanelRows>(c, r, scratch);
-  if (r < end) with_count<kPanelRows - 1>(end - r, [&](auto nr) { float_panel_blocks<W, decltype(nr)::value>(c, r, scratch); });
+  panel_row_blocks(begin, end, [&](auto nr, std::size_t r) {
+    panel_block_pairs(c, [&](auto nv, std::size_t a) { panel_bf16<decltype(nr)::value, decltype(nv)::value>(c, r, a); });
+  });
 }
 
 const PackFns kPack{q8_0_packed_bytes<GgmlType::q8_0>, pack_q8_0<GgmlType::q8_0>,
@@ -1086,10 +953,9 @@ const GemmKernel kBf16Round{"avx512_bf16_round", GgmlType::bf16, bf16_round_pack
                             rows_driver<RowBf16Dot<false>::Row, kFloatBatchRows, kFloatMaxLast>, 1, nullptr};
 const GemmKernel kBf16Panel{"avx512_bf16_panel", GgmlType::bf16, bf16_panel_bytes, pack_bf16_panel, kPanelLanes,
                             rows_bf16_panel, 1, nullptr};
-const GemmKernel kF32Panel{"avx512_panel", GgmlType::f32, float_panel_bytes, pack_float_panel, kPanelLanes,
-                           rows_float_panel<GgmlType::f32>, 1, nullptr};
-const GemmKernel kF16Panel{"avx512_panel", GgmlType::f16, float_panel_bytes, pack_float_panel, kPanelLanes,
-                           rows_float_panel<GgmlType::f16>, 1, f16_panel_scratch};
+const GemmKernel kF32Panel = float_panel_kernel<GgmlType::f32>("avx512_panel");
+const GemmKernel kF16Panel = float_panel_kernel<GgmlType::f16>("avx512_panel");
+const GemmKernel kBf16WidenedPanel = float_panel_kernel<GgmlType::bf16>("avx512_panel");
 
 const ActivationQuantizers kQuantizers{quantize_q8_0_avx512, quantize_q8_k_avx512};
 
@@ -1101,7 +967,9 @@ const GemmKernel* avx512_gemm_kernel(GgmlType type, const CpuFeatures& cpu, std:
     return batch >= kBf16RoundMinBatch ? &kBf16Round : &kBf16Dot;
   }
   if (type == GgmlType::f32 && batch >= kFloatPanelMinBatch) return &kF32Panel;
-  if (type == GgmlType::f16 && batch >= kF16PanelMinBatch) return &kF16Panel;
+  // BF16 without its dot instructions is widened as F16 is.
+  if (type == GgmlType::f16 && batch >= kWidenedPanelMinBatch) return &kF16Panel;
+  if (type == GgmlType::bf16 && batch >= kWidenedPanelMinBatch) return &kBf16WidenedPanel;
   return find_in(cpu.avx512_vnni ? kVnni : kPlain, type);
 }
 

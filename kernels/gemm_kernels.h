@@ -41,7 +41,9 @@ struct GemmKernel {
 // Kernel tables per ISA variant; nullptr where a variant lacks a format. Each lives in its own
 // translation unit compiled for that ISA.
 const GemmKernel* scalar_gemm_kernel(GgmlType type);
-const GemmKernel* avx2_gemm_kernel(GgmlType type, const CpuFeatures& cpu);
+// `batch`: F32, F16 and BF16 batches from kFloatPanelMinBatch / kWidenedPanelMinBatch rows take
+// the panel kernels (kernels/float_panel.inc).
+const GemmKernel* avx2_gemm_kernel(GgmlType type, const CpuFeatures& cpu, std::size_t batch);
 // `batch`: BF16 weights from kBf16RoundMinBatch activation rows on round the activations to
 // bf16 (kernel "avx512_bf16_round"), as the AMX BF16 tiles do.
 const GemmKernel* avx512_gemm_kernel(GgmlType type, const CpuFeatures& cpu, std::size_t batch);
@@ -67,10 +69,11 @@ inline constexpr std::size_t kBf16RoundMinBatch = kAmxMinBatch;
 // From here on, AVX-512 BF16 batches take sixteen activation rows per vector
 // ("avx512_bf16_panel"; gemm_avx512.cpp says why).
 inline constexpr std::size_t kBf16PanelMinBatch = 16;
-// The same for F32 weights ("avx512_panel"), and for F16 weights, which are widened to F32
-// once per block of rows and win only where the batch repays that.
+// The same for F32 weights ("avx512_panel", "avx2_panel"), and for F16 weights (and BF16 without
+// AVX512-BF16), which are widened to F32 once per block of rows and win only where the batch
+// repays that.
 inline constexpr std::size_t kFloatPanelMinBatch = 16;
-inline constexpr std::size_t kF16PanelMinBatch = 32;
+inline constexpr std::size_t kWidenedPanelMinBatch = 32;
 // From this batch on, a block format is decoded to bf16 once per block of activation rows and
 // multiplied on BF16 tiles, instead of on INT8 tiles with an AVX-512 rescale per sub-block. The
 // crossover measured on 4096x4096, 2 threads (docs/PERFORMANCE.md): Q6_K, whose 16-weight

@@ -209,12 +209,21 @@ TEST(GemmDispatch, LevelsPickTheirKernels) {
     EXPECT_EQ(avx512.kernel_name(GgmlType::bf16, kBf16PanelMinBatch - 1, 4096), "avx512_bf16_round");
     EXPECT_EQ(avx512.kernel_name(GgmlType::bf16, kBf16PanelMinBatch, 4096), "avx512_bf16_panel");
   }
-  if (best >= IsaLevel::avx512) {
-    const GemmContext avx512(1, IsaLevel::avx512);
-    EXPECT_NE(avx512.kernel_name(GgmlType::f32, kFloatPanelMinBatch - 1, 4096), "avx512_panel");
-    EXPECT_EQ(avx512.kernel_name(GgmlType::f32, kFloatPanelMinBatch, 4096), "avx512_panel");
-    EXPECT_NE(avx512.kernel_name(GgmlType::f16, kF16PanelMinBatch - 1, 4096), "avx512_panel");
-    EXPECT_EQ(avx512.kernel_name(GgmlType::f16, kF16PanelMinBatch, 4096), "avx512_panel");
+  // The float formats' panels start where they beat the row kernels: F32 sooner than the
+  // formats widened to F32 once per block of rows.
+  const std::pair<IsaLevel, const char*> panel_levels[] = {{IsaLevel::avx2, "avx2_panel"}, {IsaLevel::avx512, "avx512_panel"}};
+  for (const auto& [level, panel] : panel_levels) {
+    if (best < level) continue;
+    const GemmContext ctx(1, level);
+    const std::pair<GgmlType, std::size_t> starts[] = {{GgmlType::f32, kFloatPanelMinBatch}, {GgmlType::f16, kWidenedPanelMinBatch}};
+    for (const auto& [type, from] : starts) {
+      EXPECT_NE(ctx.kernel_name(type, from - 1, 4096), panel) << to_string(level);
+      EXPECT_EQ(ctx.kernel_name(type, from, 4096), panel) << to_string(level);
+    }
+  }
+  if (best >= IsaLevel::avx2) {
+    // AVX2 has no bf16 arithmetic: BF16 is widened as F16 is.
+    EXPECT_EQ(GemmContext(1, IsaLevel::avx2).kernel_name(GgmlType::bf16, kWidenedPanelMinBatch, 4096), "avx2_panel");
   }
   if (best >= IsaLevel::amx) {
     GemmContext amx(1, IsaLevel::amx);
