@@ -45,7 +45,8 @@ const GemmKernel* scalar_gemm_kernel(GgmlType type);
 // the panel kernels (kernels/float_panel.inc).
 const GemmKernel* avx2_gemm_kernel(GgmlType type, const CpuFeatures& cpu, std::size_t batch);
 // `batch`: BF16 weights from kBf16RoundMinBatch activation rows on round the activations to
-// bf16 (kernel "avx512_bf16_round"), as the AMX BF16 tiles do.
+// bf16 (kernel "avx512_bf16_round"), as the AMX BF16 tiles do; from kBf16PanelMinBatch (BF16),
+// kFloatPanelMinBatch (F32) and kWidenedPanelMinBatch (F16) the panel kernels take them.
 const GemmKernel* avx512_gemm_kernel(GgmlType type, const CpuFeatures& cpu, std::size_t batch);
 const GemmKernel* amx_gemm_kernel(GgmlType type, std::size_t batch);
 // The same AMX kernels reading the interleaved layout (the block formats): each group of eight
