@@ -9,7 +9,9 @@
 
 namespace infercast {
 
-// f(std::integral_constant<int, n>{}) for a run-time 1 <= n <= Max; nothing for other n.
+// f(std::integral_constant<int, n>{}) for a run-time 1 <= n <= Max; nothing for other n. The
+// kernel files pass their own lambdas, whose types have internal linkage, so no instantiation is
+// shared between files compiled for different ISAs (gemm_simd_common.inc says why that matters).
 template <int Max, class F>
 INFERCAST_INLINE void with_count(std::size_t n, F&& f) {
   if constexpr (Max >= 1) {
