@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fmt/format.h>
 #include <functional>
+#include <map>
 #include <stdexcept>
 
 #include "probes/compute_kernels.h"
@@ -73,7 +74,7 @@ bool run_iterations(const KernelSpec& k, std::uint64_t iterations, int accumulat
 }
 
 struct Measured {
-  Summary gops;
+  std::vector<double> gops;  // one rate per sample, all threads together
   double ghz = 0;
 };
 
@@ -109,8 +110,19 @@ Measured measure(ThreadTeam& team, const KernelSpec& k, int accumulators,
   std::vector<double> rates;
   const double ops = ops_per_iteration * static_cast<double>(iterations) * team.size();
   for (double t : times) rates.push_back(ops / t / 1e9);
-  return {summarize_rates(rates), ghz};
+  return {rates, ghz};
 }
+
+// One kernel at one thread count (and, for AMX, one accumulator count), over every round.
+struct Samples {
+  std::vector<double> gops;
+  std::vector<double> ghz;
+
+  void add(const Measured& m) {
+    gops.insert(gops.end(), m.gops.begin(), m.gops.end());
+    ghz.push_back(m.ghz);
+  }
+};
 
 }  // namespace
 
@@ -154,42 +166,59 @@ std::uint64_t dependent_add_chain(std::uint64_t iterations) {
 }
 
 std::vector<ComputePeak> run_compute_peaks(const ComputeOptions& options, const CpuFeatures& cpu) {
-  std::vector<ComputePeak> peaks;
   const auto& table = specs();
-  std::size_t total = 0, done = 0;
+  std::vector<const KernelSpec*> runnable;
   for (const KernelSpec& k : table) {
-    if (unavailable_reason(k, cpu, options.level).empty()) total += options.thread_counts.size();
+    if (unavailable_reason(k, cpu, options.level).empty()) runnable.push_back(&k);
   }
-  for (unsigned threads : options.thread_counts) {
-    ThreadTeam team(threads);
-    for (const KernelSpec& k : table) {
-      if (!unavailable_reason(k, cpu, options.level).empty()) continue;
-      if (options.progress) {
-        options.progress(fmt::format("compute {} {} thread{}", k.name, threads, threads > 1 ? "s" : ""),
-                         static_cast<double>(done++) / static_cast<double>(std::max<std::size_t>(total, 1)));
-      }
-      ComputePeak peak;
-      peak.kernel = k.name;
-      peak.unit = k.unit;
-      peak.threads = threads;
-      if (k.run_tiles != nullptr) {
-        // Sweep the accumulator count: on some parts several distinct accumulators run far
-        // slower than one or two, and the kernels' tile blocking should follow the best.
-        for (int acc = 1; acc <= kernels_amx::kMaxAccumulators; ++acc) {
-          const Measured m = measure(team, k, acc, options);
-          peak.accumulator_sweep.emplace_back(acc, m.gops.median);
-          if (m.gops.median > peak.gops.median) {
-            peak.gops = m.gops;
-            peak.ghz = m.ghz;
-            peak.accumulators = acc;
-          }
+  const int rounds = std::max(options.rounds, 1);
+  // samples[t][k][acc]: accumulator count 0 for the kernels without tiles.
+  std::vector<std::vector<std::map<int, Samples>>> samples(
+      options.thread_counts.size(), std::vector<std::map<int, Samples>>(runnable.size()));
+  const std::size_t total = static_cast<std::size_t>(rounds) * options.thread_counts.size() * runnable.size();
+  std::size_t done = 0;
+  // Every kernel once per round, the rounds one after another: on a shared host a neighbour's
+  // burst of a second or two then lowers one round of a kernel, not all its samples (one probe
+  // read the VNNI peak 24% below the others of its day at a CV of 0.2%: its three samples had
+  // followed one another within a second).
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t t = 0; t < options.thread_counts.size(); ++t) {
+      const unsigned threads = options.thread_counts[t];
+      ThreadTeam team(threads);
+      for (std::size_t i = 0; i < runnable.size(); ++i) {
+        const KernelSpec& k = *runnable[i];
+        if (options.progress) {
+          options.progress(fmt::format("compute {} {} thread{}, round {} of {}", k.name, threads, threads > 1 ? "s" : "",
+                                       round + 1, rounds),
+                           static_cast<double>(done++) / static_cast<double>(std::max<std::size_t>(total, 1)));
         }
-      } else {
-        const Measured m = measure(team, k, 0, options);
-        peak.gops = m.gops;
-        peak.ghz = m.ghz;
+        if (k.run_tiles != nullptr) {
+          // Sweep the accumulator count: on some parts several distinct accumulators run far
+          // slower than one or two, and the kernels' tile blocking should follow the best.
+          for (int acc = 1; acc <= kernels_amx::kMaxAccumulators; ++acc) samples[t][i][acc].add(measure(team, k, acc, options));
+        } else {
+          samples[t][i][0].add(measure(team, k, 0, options));
+        }
       }
-      peak.ops_per_cycle_per_core = peak.ghz > 0 ? peak.gops.median / threads / peak.ghz : 0;
+    }
+  }
+  std::vector<ComputePeak> peaks;
+  for (std::size_t t = 0; t < options.thread_counts.size(); ++t) {
+    for (std::size_t i = 0; i < runnable.size(); ++i) {
+      ComputePeak peak;
+      peak.kernel = runnable[i]->name;
+      peak.unit = runnable[i]->unit;
+      peak.threads = options.thread_counts[t];
+      for (const auto& [acc, s] : samples[t][i]) {
+        const Summary gops = summarize_rates(s.gops);
+        if (acc > 0) peak.accumulator_sweep.emplace_back(acc, gops.median);
+        if (gops.median > peak.gops.median) {
+          peak.gops = gops;
+          peak.ghz = median_of(s.ghz);
+          peak.accumulators = acc;
+        }
+      }
+      peak.ops_per_cycle_per_core = peak.ghz > 0 ? peak.gops.median / peak.threads / peak.ghz : 0;
       peaks.push_back(peak);
     }
   }

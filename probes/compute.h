@@ -26,8 +26,8 @@ struct ComputePeak {
   std::string unit;
   unsigned threads = 0;
   int accumulators = 0;       // AMX only: distinct accumulator tiles of the best run
-  Summary gops;               // 1e9 ops/s over samples, all threads together
-  double ghz = 0;             // dependent-add frequency measured right after the run
+  Summary gops;               // 1e9 ops/s over samples of every round, all threads together
+  double ghz = 0;             // dependent-add frequency right after each round's run, median
   double ops_per_cycle_per_core = 0;  // median gops / threads / ghz
   // AMX only: the accumulator sweep, median GOPS per accumulator count.
   std::vector<std::pair<int, double>> accumulator_sweep;
@@ -36,7 +36,8 @@ struct ComputePeak {
 struct ComputeOptions {
   std::vector<unsigned> thread_counts{1};
   double min_time = 0.05;
-  int samples = 3;
+  int samples = 3;  // per round
+  int rounds = 3;   // every kernel once per round; a peak is the best sample of all rounds
   IsaLevel level = IsaLevel::scalar;
   ProgressFn progress;
 };

@@ -167,7 +167,8 @@ ProbePlan plan_probe(const ProbeOptions& options, const Topology& topo, const Cp
   auto& comp = plan.compute;
   comp.thread_counts = plan.thread_counts;
   comp.min_time = options.quick ? 3 * min_time : 8 * min_time;
-  comp.samples = options.quick ? 2 : 3;
+  comp.samples = options.quick ? 1 : 2;
+  comp.rounds = options.quick ? 2 : 3;
   comp.level = plan.level;
   return plan;
 }
@@ -289,6 +290,8 @@ json profile_json(const ProbeResults& r, const Topology& topo, const CpuFeatures
                    {"dram_bytes", r.plan.dram_bytes},
                    {"min_time_s", r.plan.bandwidth.min_time},
                    {"samples", r.plan.bandwidth.samples},
+                   {"compute_rounds", r.plan.compute.rounds},
+                   {"compute_samples_per_round", r.plan.compute.samples},
                    {"units", "GB/s = 1e9 bytes/s; bytes exclude write-allocate traffic"}};
 
   json kernels = json::array();

@@ -1,4 +1,8 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "probes/compute.h"
 #include "probes/compute_kernels.h"
@@ -57,6 +61,29 @@ TEST(Compute, PeaksRunOnlyAllowedKernels) {
         << p.kernel;
     EXPECT_GT(p.gops.best, 0.0);
     EXPECT_GT(p.ghz, 0.1);
+  }
+}
+
+TEST(Compute, EveryKernelIsSampledInEveryRound) {
+  ComputeOptions o;
+  o.thread_counts = {1};
+  o.min_time = 0.002;
+  o.samples = 2;
+  o.rounds = 3;
+  o.level = std::min(IsaLevel::avx2, max_supported_level(host_cpu()));
+  std::vector<std::string> steps;
+  o.progress = [&](const std::string& step, double) { steps.push_back(step); };
+  const auto peaks = run_compute_peaks(o, host_cpu());
+  if (peaks.empty()) GTEST_SKIP() << "no compute kernel at this ISA level";
+  for (const auto& p : peaks) {
+    EXPECT_EQ(p.gops.samples, o.rounds * o.samples) << p.kernel;
+    EXPECT_GE(p.gops.best, p.gops.median) << p.kernel;
+    EXPECT_GT(p.ghz, 0.1) << p.kernel;
+  }
+  // Round by round: every kernel in the first round before any kernel's last.
+  ASSERT_EQ(steps.size(), peaks.size() * 3);
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_NE(steps[i].find(fmt::format("round {} of 3", i / peaks.size() + 1)), std::string::npos) << steps[i];
   }
 }
 
