@@ -28,7 +28,13 @@ class StreamPrefetch {
  public:
   StreamPrefetch(const GemmCall& c, std::size_t r)
       : base_(reinterpret_cast<std::uintptr_t>(c.w + r * c.row_bytes)), row_bytes_(c.row_bytes) {}
-  // Prefetches the `step` bytes at `pos` + kAhead of every row.
+  // Prefetches the `step` bytes at `pos` + kAhead of every row. A step of a line or less takes
+  // one prefetch, of its last byte: steps that follow one another along a row cover each of its
+  // lines whatever the row's alignment. A second one of its first byte, the same line on an
+  // aligned row, cost F16 GEMV from L2 on a Zen 5 core 59 -> 67 GB/s, and from DRAM on two
+  // cores 1.05x (F16) and 1.16x (BF16), A/B in alternation (docs/PERFORMANCE.md, twenty-sixth
+  // session). Longer steps keep the prefetch of their first byte: F32 GEMV from DRAM ran 7-10%
+  // slower without it, for a reason the host's missing counters could not show.
   INFERCAST_INLINE void fetch(std::size_t pos, std::size_t step) const {
     std::size_t at = pos + kAhead;
     if (at >= row_bytes_) at += (Nr - 1) * row_bytes_;
@@ -36,7 +42,9 @@ class StreamPrefetch {
     for (int i = 0; i < Nr; ++i) {
       // Integer arithmetic: the address may lie past the buffer, which a pointer may not.
       const std::uintptr_t p = base_ + i * row_bytes_ + at;
-      for (std::size_t k = 0; k < step; k += 64) _mm_prefetch(reinterpret_cast<const char*>(p + k), _MM_HINT_T1);
+      if (step > 64) {
+        for (std::size_t k = 0; k < step; k += 64) _mm_prefetch(reinterpret_cast<const char*>(p + k), _MM_HINT_T1);
+      }
       _mm_prefetch(reinterpret_cast<const char*>(p + step - 1), _MM_HINT_T1);
     }
   }
