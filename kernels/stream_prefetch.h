@@ -30,11 +30,12 @@ class StreamPrefetch {
       : base_(reinterpret_cast<std::uintptr_t>(c.w + r * c.row_bytes)), row_bytes_(c.row_bytes) {}
   // Prefetches the `step` bytes at `pos` + kAhead of every row. A step of a line or less takes
   // one prefetch, of its last byte: steps that follow one another along a row cover each of its
-  // lines whatever the row's alignment. A second one of its first byte, the same line on an
-  // aligned row, cost F16 GEMV from L2 on a Zen 5 core 59 -> 67 GB/s, and from DRAM on two
-  // cores 1.05x (F16) and 1.16x (BF16), A/B in alternation (docs/PERFORMANCE.md, twenty-sixth
-  // session). Longer steps keep the prefetch of their first byte: F32 GEMV from DRAM ran 7-10%
-  // slower without it, for a reason the host's missing counters could not show.
+  // lines whatever the row's alignment. Dropping the second request, for its first byte (the
+  // same line on an aligned row), took F16 GEMV from L2 on a Zen 5 core from 59 to 67 GB/s, and
+  // from DRAM on two cores 1.05x (F16) and 1.16x (BF16), A/B in alternation
+  // (docs/PERFORMANCE.md, twenty-sixth session). Longer steps keep the request for their first
+  // byte: F32 GEMV from DRAM ran 7-10% slower without it, for a reason the host's missing
+  // counters could not show.
   INFERCAST_INLINE void fetch(std::size_t pos, std::size_t step) const {
     std::size_t at = pos + kAhead;
     if (at >= row_bytes_) at += (Nr - 1) * row_bytes_;
