@@ -28,14 +28,7 @@ class StreamPrefetch {
  public:
   StreamPrefetch(const GemmCall& c, std::size_t r)
       : base_(reinterpret_cast<std::uintptr_t>(c.w + r * c.row_bytes)), row_bytes_(c.row_bytes) {}
-  // Prefetches the `step` bytes at `pos` + kAhead of every row. A step of a line or less takes
-  // one prefetch, of its last byte: steps that follow one another along a row cover each of its
-  // lines whatever the row's alignment. Dropping the second request, for its first byte (the
-  // same line on an aligned row), took F16 GEMV from L2 on a Zen 5 core from 59 to 67 GB/s, and
-  // from DRAM on two cores 1.05x (F16) and 1.16x (BF16), A/B in alternation
-  // (docs/PERFORMANCE.md, twenty-sixth session). Longer steps keep the request for their first
-  // byte: F32 GEMV from DRAM ran 7-10% slower without it, for a reason the host's missing
-  // counters could not show.
+  // Prefetches the `step` bytes at `pos` + kAhead of every row.
   INFERCAST_INLINE void fetch(std::size_t pos, std::size_t step) const {
     std::size_t at = pos + kAhead;
     if (at >= row_bytes_) at += (Nr - 1) * row_bytes_;
@@ -43,9 +36,7 @@ class StreamPrefetch {
     for (int i = 0; i < Nr; ++i) {
       // Integer arithmetic: the address may lie past the buffer, which a pointer may not.
       const std::uintptr_t p = base_ + i * row_bytes_ + at;
-      if (step > 64) {
-        for (std::size_t k = 0; k < step; k += 64) _mm_prefetch(reinterpret_cast<const char*>(p + k), _MM_HINT_T1);
-      }
+      for (std::size_t k = 0; k < step; k += 64) _mm_prefetch(reinterpret_cast<const char*>(p + k), _MM_HINT_T1);
       _mm_prefetch(reinterpret_cast<const char*>(p + step - 1), _MM_HINT_T1);
     }
   }

@@ -42,18 +42,8 @@ INFERCAST_INLINE void prefetch_part(const void* block, int i) {
   const auto part = static_cast<std::size_t>(i);
   // In assembly: GCC schedules _mm_prefetch freely and gathered a block's prefetches at its
   // start again; a volatile asm stays where it is written.
-  if constexpr (Parts == 1) {
-    // A block in one part (Q4_0, Q8_0: 144 and 272 bytes, off the line grid) asks for the
-    // lines that start inside it, so each line once: counted from its first byte, one line in
-    // every two or four went twice. Q8_0 GEMV from DRAM 1.04-1.07x, Q4_0 1.0-1.03x (A/B in
-    // alternation, twenty-sixth session).
-    (void)part;
-    for (std::uintptr_t a = (p + 63) & ~std::uintptr_t{63}; a < p + Bytes; a += 64)
-      asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(a)));
-  } else {
-    for (std::size_t j = part * kLines / Parts; j < (part + 1) * kLines / Parts; ++j)
-      asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(p + 64 * j)));
-  }
+  for (std::size_t j = part * kLines / Parts; j < (part + 1) * kLines / Parts; ++j)
+    asm volatile("prefetcht1 %0" : : "m"(*reinterpret_cast<const char*>(p + 64 * j)));
 }
 
 // The head of a stream, the first `ahead` bytes that no block's prefetch covers: without it a
