@@ -660,12 +660,6 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
 // with AVX512-BF16, by vdpbf16ps against the activations split into bf16 high and low parts
 // (x = hi + lo to 16 bits of mantissa, so the product stays at F32-like accuracy).
 
-// The lanes of sixteen columns from k that a row of `cols` has.
-INFERCAST_INLINE __mmask16 columns_from(std::size_t k, std::size_t cols) {
-  if (k >= cols) return 0;
-  return static_cast<__mmask16>(cols - k >= 16 ? 0xFFFF : (1U << (cols - k)) - 1);
-}
-
 template <GgmlType W>
 inline __m512 load_weights16(const std::uint8_t* row, std::size_t k, __mmask16 mask) {
   if constexpr (W == GgmlType::f32) {
@@ -680,16 +674,16 @@ inline __m512 load_weights16(const std::uint8_t* row, std::size_t k, __mmask16 m
 
 // Sixteen columns of Nr rows against Na activation rows; `mask` selects the columns that exist.
 template <GgmlType W, int Nr, int Na>
-INFERCAST_INLINE void float_step(const std::uint8_t* const (&rows)[Nr], const float* const (&x)[Na], std::size_t k,
+INFERCAST_INLINE void float_step(const GemmCall& c, const std::uint8_t* const (&rows)[Nr], std::size_t b0, std::size_t k,
                                  __mmask16 mask, Accumulators<Nr, Na>& acc) {
-  __m512 xv[Na];
+  __m512 x[Na];
   INFERCAST_UNROLL
-  for (int a = 0; a < Na; ++a) xv[a] = _mm512_maskz_loadu_ps(mask, x[a] + k);
+  for (int a = 0; a < Na; ++a) x[a] = _mm512_maskz_loadu_ps(mask, c.x + (b0 + a) * c.ldx + k);
   INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
     const __m512 wv = load_weights16<W>(rows[i], k, mask);
     INFERCAST_UNROLL
-    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_fmadd_ps(wv, xv[a], acc[i][a]);
+    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_fmadd_ps(wv, x[a], acc[i][a]);
   }
 }
 
@@ -697,17 +691,8 @@ template <GgmlType W, int Nr, int Na>
 void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
   const std::uint8_t* rows[Nr];
   for (int i = 0; i < Nr; ++i) rows[i] = c.w + (r + i) * c.row_bytes;
-  const float* x[Na];
-  for (int a = 0; a < Na; ++a) x[a] = c.x + (b0 + a) * c.ldx;
-  // A GEMV has one sum per row: the second sixteen columns of each step go to sums of their
-  // own, so that four rows make eight FMA chains, not four. F16 GEMV from L3 ran 4-5% faster on
-  // a Zen 5 host (gemv_hot, 50.6 -> 53.3 GiB/s), F32 2%. The AVX2 kernel measured no gain from
-  // the same split and keeps one sum per row.
-  constexpr bool kSplit = Na == 1;
   Accumulators<Nr, Na> acc;
-  Accumulators<Nr, Na> second;
   zero<Nr, Na>(acc);
-  zero<Nr, Na>(second);
   const StreamPrefetch<Nr> ahead(c, r);
   constexpr std::size_t kElementBytes = W == GgmlType::f32 ? 4 : 2;
   // Whole 32-column steps with every lane on (one prefetch line per row each), then the rest
@@ -715,13 +700,12 @@ void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
   std::size_t k = 0;
   for (; k + 32 <= c.cols; k += 32) {
     ahead.fetch(k * kElementBytes, 32 * kElementBytes);
-    float_step<W, Nr, Na>(rows, x, k, 0xFFFF, acc);
-    float_step<W, Nr, Na>(rows, x, k + 16, 0xFFFF, kSplit ? second : acc);
+    float_step<W, Nr, Na>(c, rows, b0, k, 0xFFFF, acc);
+    float_step<W, Nr, Na>(c, rows, b0, k + 16, 0xFFFF, acc);
   }
-  for (; k < c.cols; k += 16) float_step<W, Nr, Na>(rows, x, k, columns_from(k, c.cols), acc);
-  if constexpr (kSplit) {
-    INFERCAST_UNROLL
-    for (int i = 0; i < Nr; ++i) acc[i][0] = _mm512_add_ps(acc[i][0], second[i][0]);
+  for (; k < c.cols; k += 16) {
+    const auto mask = static_cast<__mmask16>(c.cols - k >= 16 ? 0xFFFF : (1U << (c.cols - k)) - 1);
+    float_step<W, Nr, Na>(c, rows, b0, k, mask, acc);
   }
   store_sums<Nr, Na>(c, r, b0, acc);
 }
@@ -836,6 +820,12 @@ struct RowBf16Dot {
 using PanelVec = __m512;
 constexpr std::size_t kPanelLanes = 16;
 constexpr int kPanelRows = 12;
+
+// The lanes of sixteen columns from k that a row of `cols` has.
+__mmask16 columns_from(std::size_t k, std::size_t cols) {
+  if (k >= cols) return 0;
+  return static_cast<__mmask16>(cols - k >= 16 ? 0xFFFF : (1U << (cols - k)) - 1);
+}
 
 INFERCAST_INLINE __m512 panel_zero() { return _mm512_setzero_ps(); }
 INFERCAST_INLINE __m512 panel_set1(float v) { return _mm512_set1_ps(v); }
