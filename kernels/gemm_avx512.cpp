@@ -660,6 +660,12 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
 // with AVX512-BF16, by vdpbf16ps against the activations split into bf16 high and low parts
 // (x = hi + lo to 16 bits of mantissa, so the product stays at F32-like accuracy).
 
+// The lanes of sixteen columns from k that a row of `cols` has.
+INFERCAST_INLINE __mmask16 columns_from(std::size_t k, std::size_t cols) {
+  if (k >= cols) return 0;
+  return static_cast<__mmask16>(cols - k >= 16 ? 0xFFFF : (1U << (cols - k)) - 1);
+}
+
 template <GgmlType W>
 inline __m512 load_weights16(const std::uint8_t* row, std::size_t k, __mmask16 mask) {
   if constexpr (W == GgmlType::f32) {
@@ -703,10 +709,7 @@ void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
     float_step<W, Nr, Na>(c, rows, b0, k, 0xFFFF, acc);
     float_step<W, Nr, Na>(c, rows, b0, k + 16, 0xFFFF, acc);
   }
-  for (; k < c.cols; k += 16) {
-    const auto mask = static_cast<__mmask16>(c.cols - k >= 16 ? 0xFFFF : (1U << (c.cols - k)) - 1);
-    float_step<W, Nr, Na>(c, rows, b0, k, mask, acc);
-  }
+  for (; k < c.cols; k += 16) float_step<W, Nr, Na>(c, rows, b0, k, columns_from(k, c.cols), acc);
   store_sums<Nr, Na>(c, r, b0, acc);
 }
 
@@ -820,12 +823,6 @@ struct RowBf16Dot {
 using PanelVec = __m512;
 constexpr std::size_t kPanelLanes = 16;
 constexpr int kPanelRows = 12;
-
-// The lanes of sixteen columns from k that a row of `cols` has.
-__mmask16 columns_from(std::size_t k, std::size_t cols) {
-  if (k >= cols) return 0;
-  return static_cast<__mmask16>(cols - k >= 16 ? 0xFFFF : (1U << (cols - k)) - 1);
-}
 
 INFERCAST_INLINE __m512 panel_zero() { return _mm512_setzero_ps(); }
 INFERCAST_INLINE __m512 panel_set1(float v) { return _mm512_set1_ps(v); }
