@@ -172,9 +172,8 @@ std::vector<ComputePeak> run_compute_peaks(const ComputeOptions& options, const 
     if (unavailable_reason(k, cpu, options.level).empty()) runnable.push_back(&k);
   }
   const int rounds = std::max(options.rounds, 1);
-  // samples[t][k][acc]: accumulator count 0 for the kernels without tiles.
-  std::vector<std::vector<std::map<int, Samples>>> samples(
-      options.thread_counts.size(), std::vector<std::map<int, Samples>>(runnable.size()));
+  // samples[t * runnable.size() + k][accumulators]: 0 accumulators for the kernels without tiles.
+  std::vector<std::map<int, Samples>> samples(options.thread_counts.size() * runnable.size());
   const std::size_t total = static_cast<std::size_t>(rounds) * options.thread_counts.size() * runnable.size();
   std::size_t done = 0;
   // Every kernel once per round, the rounds one after another: on a shared host a neighbour's
@@ -184,6 +183,8 @@ std::vector<ComputePeak> run_compute_peaks(const ComputeOptions& options, const 
   for (int round = 0; round < rounds; ++round) {
     for (std::size_t t = 0; t < options.thread_counts.size(); ++t) {
       const unsigned threads = options.thread_counts[t];
+      // One team at a time, made again each round: the idle members of a second team would
+      // spin on the cores this one measures.
       ThreadTeam team(threads);
       for (std::size_t i = 0; i < runnable.size(); ++i) {
         const KernelSpec& k = *runnable[i];
@@ -195,9 +196,10 @@ std::vector<ComputePeak> run_compute_peaks(const ComputeOptions& options, const 
         if (k.run_tiles != nullptr) {
           // Sweep the accumulator count: on some parts several distinct accumulators run far
           // slower than one or two, and the kernels' tile blocking should follow the best.
-          for (int acc = 1; acc <= kernels_amx::kMaxAccumulators; ++acc) samples[t][i][acc].add(measure(team, k, acc, options));
+          for (int acc = 1; acc <= kernels_amx::kMaxAccumulators; ++acc)
+            samples[t * runnable.size() + i][acc].add(measure(team, k, acc, options));
         } else {
-          samples[t][i][0].add(measure(team, k, 0, options));
+          samples[t * runnable.size() + i][0].add(measure(team, k, 0, options));
         }
       }
     }
@@ -209,7 +211,7 @@ std::vector<ComputePeak> run_compute_peaks(const ComputeOptions& options, const 
       peak.kernel = runnable[i]->name;
       peak.unit = runnable[i]->unit;
       peak.threads = options.thread_counts[t];
-      for (const auto& [acc, s] : samples[t][i]) {
+      for (const auto& [acc, s] : samples[t * runnable.size() + i]) {
         const Summary gops = summarize_rates(s.gops);
         if (acc > 0) peak.accumulator_sweep.emplace_back(acc, gops.median);
         if (gops.median > peak.gops.median) {
