@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "kernels/gemm_kernels.h"
 #include "kernels/half.h"
+#include "kernels/q8_0_avx512.h"
 #include "kernels/simd_quantize.h"
 #include "kernels/stream_prefetch.h"
 #include "kernels/with_count.h"
@@ -29,30 +31,12 @@ constexpr int kFloatMaxLast = 6;
 // ---------------------------------------------------------------------------------------------
 // Activation quantizers, bit-identical to reference::quantize_q8_0 / quantize_q8_k.
 
-// roundf: half away from zero. t - trunc(t) is exact for |t| < 2^23, so the comparison is too.
-inline __m512 round_half_away(__m512 t) {
-  const __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m512 frac = _mm512_abs_ps(_mm512_sub_ps(t, r));
-  const __mmask16 up = _mm512_cmp_ps_mask(frac, _mm512_set1_ps(0.5F), _CMP_GE_OQ);
-  const __m512 one = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(_mm512_set1_ps(1.0F)),
-                                                          _mm512_and_si512(_mm512_castps_si512(t), _mm512_set1_epi32(INT32_MIN))));
-  return _mm512_mask_add_ps(r, up, r, one);
-}
-
 void quantize_q8_0_avx512(const float* x, BlockQ8_0* y, std::size_t count) {
-  for (std::size_t b = 0; b < count / kQk; ++b, x += kQk) {
-    const __m512 v0 = _mm512_loadu_ps(x);
-    const __m512 v1 = _mm512_loadu_ps(x + 16);
-    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
-    const float d = amax / 127;
-    const float id = d != 0 ? 1.0F / d : 0.0F;
-    y[b].d = fp32_to_fp16(d);
-    const __m512 s = _mm512_set1_ps(id);
-    const __m512i q0 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v0, s)));
-    const __m512i q1 = _mm512_cvttps_epi32(round_half_away(_mm512_mul_ps(v1, s)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs), _mm512_cvtepi32_epi8(q0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16), _mm512_cvtepi32_epi8(q1));
-  }
+  quantize_q8_0_blocks(x, count / kQk, [&](std::size_t k, float, std::uint16_t d, __m512i q0, __m512i q1) {
+    y[k].d = d;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[k].qs), _mm512_cvtepi32_epi8(q0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[k].qs + 16), _mm512_cvtepi32_epi8(q1));
+  });
 }
 
 void quantize_q8_k_avx512(const float* x, BlockQ8_K* y, std::size_t count) {
@@ -66,9 +50,10 @@ void quantize_q8_k_avx512(const float* x, BlockQ8_K* y, std::size_t count) {
     }
     // The reference keeps the sign of the first element of largest magnitude.
     float max = 0;
-    for (int i = 0; i < kQkK; ++i) {
-      if (std::fabs(x[i]) == amax) {
-        max = x[i];
+    for (int i = 0; i < kQkK; i += 16) {
+      const __mmask16 at = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + i)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+      if (at != 0) {
+        max = x[i + std::countr_zero(static_cast<unsigned>(at))];
         break;
       }
     }

@@ -16,6 +16,7 @@
 #include "kernels/gemm_kernels.h"
 #include "kernels/half.h"
 #include "kernels/interleave.h"
+#include "kernels/q8_0_avx512.h"
 #include "kernels/simd_quantize.h"
 #include "kernels/with_count.h"
 #include "kernels/x8_prefetch.h"
@@ -91,25 +92,18 @@ std::size_t act_q8_k_row(std::size_t cols) { return round_up(cols / kQkK * sizeo
 std::size_t packed_q8_0(std::size_t batch, std::size_t cols) { return batch * act_q8_0_row(cols); }
 std::size_t packed_q8_k(std::size_t batch, std::size_t cols) { return batch * act_q8_k_row(cols); }
 
-std::int32_t quant_sum(const std::int8_t* qs) {
-  const __m512i wide = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
-  const __m512i wide2 = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs + 16)));
-  return _mm512_reduce_add_epi32(_mm512_add_epi32(wide, wide2));
-}
+INFERCAST_INLINE std::int32_t quant_sum(__m512i q0, __m512i q1) { return _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)); }
 
 template <int OffsetPerUnit>
 void pack_q8_0(const GemmCall& c, std::size_t begin, std::size_t end) {
-  const auto quantize = avx512_activation_quantizers().q8_0;
   for (std::size_t b = begin; b < end; ++b) {
     auto* out = reinterpret_cast<ActQ8_0*>(c.packed + b * act_q8_0_row(c.cols));
-    const float* x = c.x + b * c.ldx;
-    for (std::size_t k = 0; k < c.cols / kQk; ++k) {
-      BlockQ8_0 q;
-      quantize(x + k * kQk, &q, kQk);
-      out[k].d = _cvtsh_ss(q.d);
-      std::memcpy(out[k].qs, q.qs, kQk);
-      out[k].offset = -OffsetPerUnit * quant_sum(q.qs);
-    }
+    quantize_q8_0_blocks(c.x + b * c.ldx, c.cols / kQk, [&](std::size_t k, float d, std::uint16_t, __m512i q0, __m512i q1) {
+      out[k].d = d;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out[k].qs), _mm512_cvtepi32_epi8(q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out[k].qs + 16), _mm512_cvtepi32_epi8(q1));
+      out[k].offset = -OffsetPerUnit * quant_sum(q0, q1);
+    });
   }
 }
 
@@ -129,18 +123,18 @@ std::size_t packed_pairs(std::size_t batch, std::size_t cols) { return (batch + 
 // Rows [begin, end), begin even (the kernel's pack_step is 2, so no pair is shared between threads).
 template <int OffsetPerUnit>
 void pack_pairs(const GemmCall& c, std::size_t begin, std::size_t end) {
-  const auto quantize = avx512_activation_quantizers().q8_0;
   const std::size_t blocks = c.cols / kQk;
   for (std::size_t b = begin; b < end; ++b) {
     auto* out = reinterpret_cast<ActPairQ8_0*>(c.packed + b / 2 * act_pair_row(c.cols));
     const std::size_t j = b % 2;
-    for (std::size_t k = 0; k < blocks; ++k) {
-      BlockQ8_0 q;
-      quantize(c.x + b * c.ldx + k * kQk, &q, kQk);
-      out[k].d[j] = _cvtsh_ss(q.d);
-      out[k].offset[j] = -OffsetPerUnit * quant_sum(q.qs);
-      for (int g = 0; g < kQk / 4; ++g) std::memcpy(out[k].qs[g][j], q.qs + 4 * g, 4);
-    }
+    quantize_q8_0_blocks(c.x + b * c.ldx, blocks, [&](std::size_t k, float d, std::uint16_t, __m512i q0, __m512i q1) {
+      out[k].d[j] = d;
+      out[k].offset[j] = -OffsetPerUnit * quant_sum(q0, q1);
+      alignas(16) std::int8_t q[kQk];
+      _mm_store_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(q0));
+      _mm_store_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(q1));
+      for (int g = 0; g < kQk / 4; ++g) std::memcpy(out[k].qs[g][j], q + 4 * g, 4);
+    });
   }
   // An odd batch's last pair gets a row of zeros beside it: its outputs are never stored, but
   // leftover bytes could make them NaNs or denormals, which some cores compute slowly.

@@ -213,10 +213,16 @@ TEST(ReferenceQuantizer, AllZeroInputGivesZeroBlocks) {
 
 // The SIMD activation quantizers must write the reference's bytes, ties and extremes included.
 void expect_same_activation_bytes(const ActivationQuantizers& q, const char* isa) {
-  std::vector<float> x = gaussian(2048, 5, 3.0F);
+  std::vector<float> x = gaussian(2048 + 3 * 256, 5, 3.0F);  // Q8_0: 88 blocks, not a multiple of 16
   for (int i = 0; i < 64; ++i) x[i] = static_cast<float>(i - 32) * 0.5F;  // many exact halves
   for (int i = 256; i < 512; ++i) x[i] = 0;                               // an all-zero super-block
   x[600] = 1e30F;
+  // Scales that fp16 holds only as subnormals, or not at all (flushed to zero).
+  for (int i = 1024; i < 1056; ++i) x[i] *= 1e-3F;
+  for (int i = 1056; i < 1088; ++i) x[i] *= 1e-7F;
+  // Q8_K keeps the sign of the first element of largest magnitude: both signs, in one vector.
+  x[800] = -50.0F;
+  x[810] = 50.0F;
   std::vector<BlockQ8_0> a(x.size() / 32), b(x.size() / 32);
   reference::quantize_q8_0(x.data(), a.data(), x.size());
   q.q8_0(x.data(), b.data(), x.size());
