@@ -6,7 +6,9 @@
 // level (the vector primitives of kernels/vec.h on one thread, cache-resident): what a decode
 // step pays per KV head and token once the cache lines have arrived. And the AMX kernels' decode
 // of a 16-row group into tile rows from each layout (`amx_decode/...`, one core, in cache): plain
-// AVX-512, so any AVX-512 machine measures what an AMX machine pays for it.
+// AVX-512, so any AVX-512 machine measures what an AMX machine pays for it. And the activation
+// quantizers (`quantize_act/...`, one core, in cache): a GEMV quantizes its input row on one
+// thread while the others wait, so at a decode step's small matrices this is part of its time.
 #include <benchmark/benchmark.h>
 
 #include <fmt/format.h>
@@ -24,6 +26,7 @@
 #include "kernels/gemm.h"
 #include "kernels/half.h"
 #include "kernels/interleave.h"
+#include "kernels/simd_quantize.h"
 #include "kernels/vec.h"
 #include "probes/topology.h"
 
@@ -148,8 +151,38 @@ void run_amx_decode(benchmark::State& state, GgmlType type, WeightLayout layout,
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * w.bytes.size()));
 }
 
+// One activation row of `cols` floats quantized to Q8_0 or Q8_K blocks, as a GEMV's front does.
+void run_quantize(benchmark::State& state, const ActivationQuantizers& q, bool k_blocks, std::size_t cols) {
+  std::vector<float> x(cols);
+  for (std::size_t k = 0; k < cols; ++k) x[k] = static_cast<float>((k * 2654435761U) % 2001) / 1000.0F - 1.0F;
+  std::vector<BlockQ8_0> q8_0(cols / kQk);
+  std::vector<BlockQ8_K> q8_k(cols / kQkK);
+  for (auto _ : state) {
+    if (k_blocks) {
+      q.q8_k(x.data(), q8_k.data(), cols);
+    } else {
+      q.q8_0(x.data(), q8_0.data(), cols);
+    }
+    benchmark::DoNotOptimize(q8_0.data());
+    benchmark::DoNotOptimize(q8_k.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * cols * sizeof(float)));
+}
+
 void register_all() {
   const CpuFeatures& cpu = host_cpu();
+  for (int l = static_cast<int>(IsaLevel::avx2); l <= std::min(static_cast<int>(max_supported_level(cpu)), static_cast<int>(IsaLevel::avx512)); ++l) {
+    const auto level = static_cast<IsaLevel>(l);
+    const ActivationQuantizers& q = level == IsaLevel::avx2 ? avx2_activation_quantizers() : avx512_activation_quantizers();
+    for (bool k_blocks : {false, true}) {
+      for (std::size_t cols : {2048, 5632}) {
+        benchmark::RegisterBenchmark(fmt::format("quantize_act/{}/{}/cols:{}", k_blocks ? "Q8_K" : "Q8_0", to_string(level), cols).c_str(),
+                                     [=, &q](benchmark::State& s) { run_quantize(s, q, k_blocks, cols); })
+            ->Unit(benchmark::kNanosecond);
+      }
+    }
+  }
   if (cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq && cpu.os_avx512) {
     for (bool bf16 : {false, true}) {
       if (bf16 && !cpu.avx512_bf16) continue;
