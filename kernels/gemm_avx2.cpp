@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -90,10 +91,12 @@ void quantize_q8_k_avx2(const float* x, BlockQ8_K* y, std::size_t count) {
       std::memset(&y[b], 0, sizeof(BlockQ8_K));
       continue;
     }
+    // The reference keeps the sign of the first element of largest magnitude.
     float max = 0;
-    for (int i = 0; i < kQkK; ++i) {
-      if (std::fabs(x[i]) == amax) {
-        max = x[i];
+    for (int i = 0; i < kQkK; i += 8) {
+      const int at = _mm256_movemask_ps(_mm256_cmp_ps(abs_ps(_mm256_loadu_ps(x + i)), _mm256_set1_ps(amax), _CMP_EQ_OQ));
+      if (at != 0) {
+        max = x[i + std::countr_zero(static_cast<unsigned>(at))];
         break;
       }
     }
