@@ -10,6 +10,7 @@
 
 #include "kernels/gemm_kernels.h"
 #include "kernels/half.h"
+#include "kernels/q8_0_avx2.h"
 #include "kernels/simd_quantize.h"
 #include "kernels/stream_prefetch.h"
 #include "kernels/with_count.h"
@@ -57,29 +58,11 @@ inline std::uint64_t pack_bytes(__m256i q) {
   return lo | (static_cast<std::uint64_t>(hi) << 32);
 }
 
-inline __m256 round_half_away(__m256 t) {
-  const __m256 r = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-  const __m256 up = _mm256_cmp_ps(abs_ps(_mm256_sub_ps(t, r)), _mm256_set1_ps(0.5F), _CMP_GE_OQ);
-  const __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0F), _mm256_and_ps(t, _mm256_set1_ps(-0.0F)));
-  return _mm256_add_ps(r, _mm256_and_ps(up, one));
-}
-
 void quantize_q8_0_avx2(const float* x, BlockQ8_0* y, std::size_t count) {
-  for (std::size_t b = 0; b < count / kQk; ++b, x += kQk) {
-    __m256 v[4];
-    __m256 m = _mm256_setzero_ps();
-    for (int i = 0; i < 4; ++i) {
-      v[i] = _mm256_loadu_ps(x + 8 * i);
-      m = _mm256_max_ps(m, abs_ps(v[i]));
-    }
-    const float d = hmax(m) / 127;
-    const float id = d != 0 ? 1.0F / d : 0.0F;
-    y[b].d = fp32_to_fp16(d);
-    for (int i = 0; i < 4; ++i) {
-      const std::uint64_t q = pack_bytes(_mm256_cvttps_epi32(round_half_away(_mm256_mul_ps(v[i], _mm256_set1_ps(id)))));
-      std::memcpy(y[b].qs + 8 * i, &q, 8);
-    }
-  }
+  quantize_q8_0_blocks(x, count / kQk, [&](std::size_t k, float, std::uint16_t d, __m256i q) {
+    y[k].d = d;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[k].qs), q);
+  });
 }
 
 void quantize_q8_k_avx2(const float* x, BlockQ8_K* y, std::size_t count) {

@@ -14,6 +14,7 @@
 #include "kernels/gemm_kernels.h"
 #include "kernels/half.h"
 #include "kernels/interleave.h"
+#include "kernels/q8_0_avx2.h"
 #include "kernels/simd_quantize.h"
 #include "kernels/with_count.h"
 #include "kernels/x8_prefetch.h"
@@ -46,23 +47,18 @@ std::size_t packed_q8_k(std::size_t batch, std::size_t cols) {
 }
 
 void pack_q8_0(const GemmCall& c, std::size_t begin, std::size_t end) {
-  const auto quantize = avx2_activation_quantizers().q8_0;
   for (std::size_t b = begin; b < end; ++b) {
     auto* out = reinterpret_cast<ActQ8_0*>(c.packed + b * act_q8_0_row(c.cols));
-    const float* x = c.x + b * c.ldx;
-    for (std::size_t k = 0; k < c.cols / kQk; ++k) {
-      BlockQ8_0 q;
-      quantize(x + k * kQk, &q, kQk);
-      out[k].d = _cvtsh_ss(q.d);
-      std::memcpy(out[k].qs, q.qs, kQk);
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q.qs));
-      const __m256i pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), v);
+    quantize_q8_0_blocks(c.x + b * c.ldx, c.cols / kQk, [&](std::size_t k, float d, std::uint16_t, __m256i q) {
+      out[k].d = d;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[k].qs), q);
+      const __m256i pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
       const __m256i s = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
       __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
       h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
       h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
       out[k].sum8 = 8 * _mm_cvtsi128_si32(h);
-    }
+    });
   }
 }
 
