@@ -12,7 +12,6 @@
 
 #include "kernels/formats.h"
 #include "kernels/gemm_kernels.h"
-#include "kernels/half.h"
 #include "kernels/interleave.h"
 #include "kernels/q8_0_avx2.h"
 #include "kernels/simd_quantize.h"

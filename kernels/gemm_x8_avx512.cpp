@@ -14,7 +14,6 @@
 
 #include "kernels/formats.h"
 #include "kernels/gemm_kernels.h"
-#include "kernels/half.h"
 #include "kernels/interleave.h"
 #include "kernels/q8_0_avx512.h"
 #include "kernels/simd_quantize.h"
