@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include "cli/json_file.h"
 #include "cli/progress.h"
@@ -31,6 +33,7 @@ struct KernelsArgs {
   bool no_update = false;
   bool no_quality = false;
   double min_time = 0.3;
+  int rounds = 1;
   std::string footprint;
   std::string layout = "best";
   bool read_now = false;
@@ -60,6 +63,13 @@ std::vector<IsaLevel> parse_levels(const std::string& text) {
 
 std::string percent(const std::optional<double>& f) { return f ? fmt::format("{:.0f}%", 100 * *f) : "n/a"; }
 
+// The slowest and fastest round of a point, in weight GB/s.
+std::string round_range(const KernelPoint& p) {
+  const auto [fastest, slowest] = std::minmax_element(p.round_seconds.begin(), p.round_seconds.end());
+  const double bytes = double(p.weight_bytes) / 1e9;
+  return fmt::format("{:.1f}-{:.1f}", bytes / *slowest, bytes / *fastest);
+}
+
 void print_points(const std::vector<KernelPoint>& points, const Ceilings& c, const std::optional<ReadAround>& read) {
   fmt::print("infercast kernels — roofline ceilings: DRAM {:.1f} GB/s", c.dram_read_gbs);
   if (read) fmt::print(" (read now: {:.1f} before the sweep, {:.1f} after)", read->before, read->after);
@@ -68,13 +78,19 @@ void print_points(const std::vector<KernelPoint>& points, const Ceilings& c, con
   if (c.int8_avx2_gops) fmt::print(", AVX2 INT8 {:.0f} GOPS", *c.int8_avx2_gops);
   if (c.fp32_gflops) fmt::print(", FP32 {:.0f} GFLOPS", *c.fp32_gflops);
   if (c.fp32_avx2_gflops) fmt::print(", FP32 AVX2 {:.0f} GFLOPS", *c.fp32_avx2_gflops);
-  fmt::print("\n\n  {:<6} {:<7} {:<13} {:>12} {:>5} {:>9} {:>9} {:>8} {:>9}\n", "format", "isa", "kernel", "shape", "batch",
-             "GB/s", "GOPS", "bound", "roofline");
+  // The kernel column as wide as its longest name ("avx512_bf16_round" is 17 characters).
+  std::size_t kernel_width = std::string_view("kernel").size();
+  bool rounds = false;
   for (const auto& p : points) {
-    fmt::print("  {:<6} {:<7} {:<13} {:>12} {:>5} {:>9.1f} {:>9.1f} {:>8} {:>9}\n", format_info(p.type).name,
-               to_string(p.level), p.kernel,
-               fmt::format("{}x{}", p.shape.rows, p.shape.cols), p.batch, p.weight_gbs, p.gops, p.bound,
-               percent(p.roofline_fraction));
+    kernel_width = std::max(kernel_width, p.kernel.size());
+    rounds = rounds || p.round_seconds.size() > 1;
+  }
+  fmt::print("\n\n  {:<6} {:<7} {:<{}} {:>12} {:>5} {:>9} {:>9} {:>8} {:>9}{}\n", "format", "isa", "kernel", kernel_width,
+             "shape", "batch", "GB/s", "GOPS", "bound", "roofline", rounds ? "   rounds GB/s" : "");
+  for (const auto& p : points) {
+    fmt::print("  {:<6} {:<7} {:<{}} {:>12} {:>5} {:>9.1f} {:>9.1f} {:>8} {:>9}{}\n", format_info(p.type).name,
+               to_string(p.level), p.kernel, kernel_width, fmt::format("{}x{}", p.shape.rows, p.shape.cols), p.batch,
+               p.weight_gbs, p.gops, p.bound, percent(p.roofline_fraction), rounds ? "   " + round_range(p) : "");
   }
 }
 
@@ -118,6 +134,7 @@ void run(const KernelsArgs& args) {
   }
   if (args.min_time <= 0) throw UsageError("--min-time must be positive");
   o.min_time = args.quick ? std::min(args.min_time, 0.15) : args.min_time;
+  o.rounds = args.rounds;
   if (!args.footprint.empty()) {
     const auto bytes = parse_size(args.footprint);
     if (!bytes || *bytes == 0) throw UsageError(fmt::format("--footprint '{}' is not a size such as 512MiB", args.footprint));
@@ -157,6 +174,7 @@ void run(const KernelsArgs& args) {
     profile["kernels"] = {{"schema", "infercast.kernels/1"},
                           {"measured_at", utc_timestamp()},
                           {"threads", o.threads},
+                          {"rounds", o.rounds},
                           {"dram_read_gbs", ceilings.dram_read_gbs},
                           {"dram_read_measured_around", read ? nlohmann::json{read->before, read->after} : nlohmann::json(nullptr)},
                           {"records", records},
@@ -188,6 +206,10 @@ void add_kernels_command(CLI::App& app, int& exit_status) {
   cmd->add_flag("--no-update", args->no_update, "Do not write the results into the profile");
   cmd->add_flag("--no-quality", args->no_quality, "Skip the accuracy table");
   cmd->add_option("--min-time", args->min_time, "Seconds of timed passes per point")->capture_default_str();
+  cmd->add_option("--rounds", args->rounds,
+                  fmt::format("Passes over every format's points (1-{}); each figure is the median of its rounds, "
+                              "the table gives their range", kMaxRounds))
+      ->capture_default_str();
   cmd->add_option("--footprint", args->footprint, "Weight bytes cycled per point (default: twice where the profile's load latency or read reached DRAM, at most 4x LLC, at least 256MiB)");
   cmd->add_option("--layout", args->layout,
                   "Weight layout: best (each ISA level's own, as a loaded model), gguf, or interleaved")

@@ -211,9 +211,46 @@ Shape parse_shape(const std::string& text) {
 std::vector<Shape> default_shapes() { return {{4096, 4096}, {14336, 4096}, {4096, 14336}}; }
 std::vector<std::size_t> default_batches() { return {1, 2, 4, 8, 16, 32, 64}; }
 
+namespace {
+
+// Untimed passes over a newly made weight set before its first point (at most; short sweeps,
+// the tests', warm up for five of their points).
+constexpr double kWarmUpSeconds = 0.5;
+
+// One point's timed passes at the sweep's minimum time (after a warm-up pass, and the set's
+// warm-up when its weights are new): each pass streams every copy once.
+std::vector<double> time_passes(GemmContext& ctx, WeightSet& w, GgmlType type, Shape shape, const float* x,
+                                std::size_t batch, float* y, const KernelSweepOptions& o) {
+  const auto pass = [&] {
+    const double t0 = now_seconds();
+    for (std::size_t c = 0; c < w.copies; ++c) ctx.gemm(w.matrix(type, shape, c), x, batch, y);
+    return (now_seconds() - t0) / static_cast<double>(w.copies);
+  };
+  pass();  // warm-up: page tables, scratch buffers, clocks
+  if (!w.warmed) {
+    // Weights just written run slow for a while on some hosts: on a KVM guest, 3 of 4
+    // fresh processes measured F16 GEMV at half its rate (23-26 against 46-51 GB/s)
+    // for their first 0.3-0.5 s, a burst no single pass absorbs; half a second of
+    // passes first, 0 of 4 (docs/PERFORMANCE.md, twenty-sixth session).
+    const double warm_until = now_seconds() + std::min(kWarmUpSeconds, 5 * o.min_time);
+    while (now_seconds() < warm_until) pass();
+    w.warmed = true;
+  }
+  std::vector<double> times;
+  const double start = now_seconds();
+  while (times.size() < static_cast<std::size_t>(o.min_passes) || now_seconds() - start < o.min_time) {
+    times.push_back(pass());
+    if (times.size() >= 3 && now_seconds() - start > 10 * o.min_time) break;  // slow kernels: enough
+  }
+  return times;
+}
+
+}  // namespace
+
 void validate_sweep(const KernelSweepOptions& o) {
   if (o.formats.empty()) throw UsageError("no formats to measure");
   if (o.batches.empty() || o.shapes.empty()) throw UsageError("no batches or shapes to measure");
+  if (o.rounds < 1 || o.rounds > kMaxRounds) throw UsageError(fmt::format("--rounds must be between 1 and {}", kMaxRounds));
   const Topology& topo = host_topology();
   if (o.threads == 0 || o.threads > topo.cores) {
     throw UsageError(fmt::format("--threads must be between 1 and {} (the physical cores)", topo.cores));
@@ -244,10 +281,6 @@ void validate_sweep(const KernelSweepOptions& o) {
   }
 }
 
-// Untimed passes over a newly made weight set before its first point (at most; short sweeps,
-// the tests', warm up for five of their points).
-constexpr double kWarmUpSeconds = 0.5;
-
 std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& o, const Ceilings& ceilings,
                                           const KernelProgress& progress) {
   validate_sweep(o);
@@ -255,8 +288,11 @@ std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& o, const Cei
   const std::size_t max_batch = *std::max_element(o.batches.begin(), o.batches.end());
   std::vector<std::unique_ptr<GemmContext>> contexts;
   for (IsaLevel l : o.levels) contexts.push_back(std::make_unique<GemmContext>(o.threads, l));
+  // The scalar reference is there to be measured as GEMV; batched it would take minutes.
+  const auto skipped = [&](std::size_t li, std::size_t batch) { return o.levels[li] == IsaLevel::scalar && batch > 1; };
 
-  const std::size_t total = o.shapes.size() * o.formats.size() * o.levels.size() * o.batches.size();
+  const auto rounds = static_cast<std::size_t>(o.rounds);
+  const std::size_t total = o.shapes.size() * o.formats.size() * o.levels.size() * o.batches.size() * rounds;
   std::size_t done = 0;
   std::vector<KernelPoint> points;
   for (const Shape& shape : o.shapes) {
@@ -275,51 +311,48 @@ std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& o, const Cei
         sets.push_back(make_weights(type, shape, footprint, layout));
         return sets.back();
       };
+      // Per (level, batch): every pass of every round, and each round's median.
+      std::vector<std::vector<double>> passes(o.levels.size() * o.batches.size());
+      std::vector<std::vector<double>> round_medians(passes.size());
+      for (std::size_t r = 0; r < rounds; ++r) {
+        for (std::size_t li = 0; li < o.levels.size(); ++li) {
+          GemmContext& ctx = *contexts[li];
+          WeightSet& w = weights_in(o.layout ? *o.layout : ctx.preferred_layout(type));
+          for (std::size_t bi = 0; bi < o.batches.size(); ++bi) {
+            const std::size_t batch = o.batches[bi];
+            ++done;
+            if (skipped(li, batch)) continue;
+            if (progress) {
+              progress(rounds > 1 ? fmt::format("{} {}x{} {} batch {}, round {}/{}", f.name, shape.rows, shape.cols,
+                                                to_string(o.levels[li]), batch, r + 1, rounds)
+                                  : fmt::format("{} {}x{} {} batch {}", f.name, shape.rows, shape.cols, to_string(o.levels[li]), batch),
+                       static_cast<double>(done) / static_cast<double>(total));
+            }
+            const std::vector<double> times = time_passes(ctx, w, type, shape, x.data(), batch, y.data(), o);
+            auto& all = passes[li * o.batches.size() + bi];
+            all.insert(all.end(), times.begin(), times.end());
+            round_medians[li * o.batches.size() + bi].push_back(median_of(times));
+          }
+        }
+      }
       for (std::size_t li = 0; li < o.levels.size(); ++li) {
-        GemmContext& ctx = *contexts[li];
-        WeightSet& w = weights_in(o.layout ? *o.layout : ctx.preferred_layout(type));
-        for (std::size_t batch : o.batches) {
-          ++done;
-          // The scalar reference is there to be measured as GEMV; batched it would take minutes.
-          if (o.levels[li] == IsaLevel::scalar && batch > 1) continue;
-          if (progress) {
-            progress(fmt::format("{} {}x{} {} batch {}", f.name, shape.rows, shape.cols, to_string(o.levels[li]), batch),
-                     static_cast<double>(done) / static_cast<double>(total));
-          }
-          const auto pass = [&] {
-            const double t0 = now_seconds();
-            for (std::size_t c = 0; c < w.copies; ++c) ctx.gemm(w.matrix(type, shape, c), x.data(), batch, y.data());
-            return (now_seconds() - t0) / static_cast<double>(w.copies);
-          };
-          pass();  // warm-up: page tables, scratch buffers, clocks
-          if (!w.warmed) {
-            // Weights just written run slow for a while on some hosts: on a KVM guest, 3 of 4
-            // fresh processes measured F16 GEMV at half its rate (23-26 against 46-51 GB/s)
-            // for their first 0.3-0.5 s, a burst no single pass absorbs; half a second of
-            // passes first, 0 of 4 (docs/PERFORMANCE.md, twenty-sixth session).
-            const double warm_until = now_seconds() + std::min(kWarmUpSeconds, 5 * o.min_time);
-            while (now_seconds() < warm_until) pass();
-            w.warmed = true;
-          }
-          std::vector<double> times;
-          const double start = now_seconds();
-          while (times.size() < static_cast<std::size_t>(o.min_passes) || now_seconds() - start < o.min_time) {
-            times.push_back(pass());
-            if (times.size() >= 3 && now_seconds() - start > 10 * o.min_time) break;  // slow kernels: enough
-          }
+        const WeightSet& w = weights_in(o.layout ? *o.layout : contexts[li]->preferred_layout(type));
+        for (std::size_t bi = 0; bi < o.batches.size(); ++bi) {
+          if (skipped(li, o.batches[bi])) continue;
           KernelPoint p;
           p.type = type;
           p.level = o.levels[li];
-          p.kernel = std::string(ctx.kernel_name(type, batch, shape.cols, w.layout));
-          p.batch = batch;
+          p.kernel = std::string(contexts[li]->kernel_name(type, o.batches[bi], shape.cols, w.layout));
+          p.batch = o.batches[bi];
           p.shape = shape;
           p.threads = o.threads;
           p.weight_bytes = w.matrix_bytes;
-          p.seconds = median_of(times);
+          p.round_seconds = round_medians[li * o.batches.size() + bi];
+          p.seconds = median_of(p.round_seconds);
           std::vector<double> rates;
-          for (double t : times) rates.push_back(1.0 / t);
+          for (double t : passes[li * o.batches.size() + bi]) rates.push_back(1.0 / t);
           p.cv = summarize_rates(rates).cv;
-          const double ops = 2.0 * double(shape.rows) * double(shape.cols) * double(batch);
+          const double ops = 2.0 * double(shape.rows) * double(shape.cols) * double(p.batch);
           p.weight_gbs = double(w.matrix_bytes) / p.seconds / 1e9;
           p.gops = ops / p.seconds / 1e9;
           place_on_roofline(p, ceilings);
@@ -421,6 +454,10 @@ nlohmann::json to_json(const KernelPoint& p) {
                       {"bound", p.bound}};
   j["ceiling_gops"] = p.ceiling_gops ? nlohmann::json(*p.ceiling_gops) : nlohmann::json(nullptr);
   j["roofline_fraction"] = p.roofline_fraction ? nlohmann::json(*p.roofline_fraction) : nlohmann::json(nullptr);
+  j["rounds"] = p.round_seconds.size();
+  nlohmann::json per_round = nlohmann::json::array();
+  for (double t : p.round_seconds) per_round.push_back(double(p.weight_bytes) / t / 1e9);
+  j["round_weight_gbs"] = per_round;
   return j;
 }
 

@@ -75,10 +75,15 @@ struct KernelSweepOptions {
   std::vector<Shape> shapes;
   unsigned threads = 1;
   std::size_t footprint_bytes = 0;  // weights cycled per point; 0 = default_footprint()
-  double min_time = 0.3;            // seconds of timed passes per point
+  double min_time = 0.3;            // seconds of timed passes per point (per round)
   int min_passes = 5;
+  // Passes over every format's points: each round times all of a format's levels and batches in
+  // turn, so a neighbour's burst on a shared host, which lasts seconds, slows one round of a
+  // point rather than all its passes; the point's time is the median of its rounds.
+  int rounds = 1;
   std::optional<WeightLayout> layout;  // default: each level's preferred layout
 };
+inline constexpr int kMaxRounds = 100;
 
 // Default shapes: the attention/FFN projections of an 8B llama (4096 hidden, 14336 FFN).
 std::vector<Shape> default_shapes();
@@ -92,8 +97,9 @@ struct KernelPoint {
   Shape shape;
   unsigned threads = 0;
   std::size_t weight_bytes = 0;  // one matrix
-  double seconds = 0;            // median time per product
-  double cv = 0;                 // of the per-pass times
+  double seconds = 0;            // median time per product (of the rounds' medians)
+  double cv = 0;                 // of the per-pass times, all rounds together
+  std::vector<double> round_seconds;  // each round's median time per product
   double weight_gbs = 0;         // weight bytes / time
   double gops = 0;               // 2 * rows * cols * batch / time
   std::string bound;             // "memory" or "compute": the lower roofline ceiling

@@ -9,8 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -139,6 +141,8 @@ TEST(CliKernels, BadInputExitsWithStatusTwo) {
   expect_usage_error("kernels" + p + " --batches 0", "batch 0");
   expect_usage_error("kernels" + p + " --footprint 900TiB --shapes 64x256", "memory");
   expect_usage_error("kernels" + p + " --layout tiled", "--layout");
+  expect_usage_error("kernels" + p + " --rounds 0", "--rounds");
+  expect_usage_error("kernels" + p + " --rounds 101", "--rounds");
   fs::remove(good);
   fs::remove(broken);
   fs::remove(empty);
@@ -167,6 +171,56 @@ TEST(CliKernels, JsonRecordsAndProfileUpdate) {
   EXPECT_EQ(kernels["quality"].size(), 6U);  // 3 formats x 2 weight distributions
   EXPECT_EQ(kernels["dram_read_gbs"].get<double>(), 20.0);  // the profile's, no read taken
   EXPECT_TRUE(kernels["dram_read_measured_around"].is_null());
+  fs::remove(profile);
+}
+
+// --rounds: every point is timed once per round, and its figure is the median of the rounds
+// (odd count: bytes over the median time is the median of the rounds' GB/s).
+TEST(CliKernels, RoundsGiveEachPointTheMedianOfItsRounds) {
+  const fs::path profile = write_profile("kernels-rounds", kProfile);
+  const Result r = run("kernels --profile " + profile.string() +
+                       " --shapes 64x256 --batches 1,4 --formats Q8_0 --footprint 1MiB --min-time 0.01 --no-quality --rounds 3 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto records = nlohmann::json::parse(r.out);
+  ASSERT_EQ(records.size(), 2U);
+  for (const auto& rec : records) {
+    EXPECT_EQ(rec["rounds"].get<int>(), 3);
+    std::vector<double> gbs = rec["round_weight_gbs"].get<std::vector<double>>();
+    ASSERT_EQ(gbs.size(), 3U);
+    std::sort(gbs.begin(), gbs.end());
+    EXPECT_GT(gbs.front(), 0.0);
+    EXPECT_NEAR(rec["weight_gbs"].get<double>(), gbs[1], 1e-9 * gbs[1]);
+  }
+  EXPECT_EQ(kernels_section(profile)["rounds"].get<int>(), 3);
+  fs::remove(profile);
+}
+
+// The table's columns line up whatever the kernels are called (a BF16 batch kernel's name is
+// longer than the column once was), and with rounds it gives each point's range of them.
+TEST(CliKernels, TableColumnsLineUpAndShowTheRoundsRange) {
+  const fs::path profile = write_profile("kernels-table", kProfile);
+  const Result r = run("kernels --profile " + profile.string() +
+                       " --shapes 64x256 --batches 1,8 --formats BF16,Q8_0 --isa all --footprint 1MiB --min-time 0.01 --no-quality "
+                       "--no-update --rounds 2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  std::size_t header_end = std::string::npos;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    if (line.find("format") != std::string::npos && line.find("roofline") != std::string::npos) {
+      EXPECT_NE(line.find("rounds GB/s"), std::string::npos) << line;
+      header_end = line.find("GB/s") + 4;
+    } else if (header_end != std::string::npos && (line.find("  BF16 ") == 0 || line.find("  Q8_0 ") == 0)) {
+      // The GB/s figure ends where its heading does, and the range follows the roofline.
+      ASSERT_GT(line.size(), header_end) << line;
+      EXPECT_NE(line[header_end - 1], ' ') << line;
+      EXPECT_EQ(line[header_end], ' ') << line;
+      EXPECT_TRUE(std::regex_search(line, std::regex(R"(   \d+\.\d-\d+\.\d$)"))) << line;
+      ++rows;
+    }
+  }
+  EXPECT_GE(rows, 3);  // scalar skips batch 8; every other level has both batches
   fs::remove(profile);
 }
 
