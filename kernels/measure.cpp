@@ -323,9 +323,8 @@ std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& o, const Cei
             ++done;
             if (skipped(li, batch)) continue;
             if (progress) {
-              progress(rounds > 1 ? fmt::format("{} {}x{} {} batch {}, round {}/{}", f.name, shape.rows, shape.cols,
-                                                to_string(o.levels[li]), batch, r + 1, rounds)
-                                  : fmt::format("{} {}x{} {} batch {}", f.name, shape.rows, shape.cols, to_string(o.levels[li]), batch),
+              const std::string round = rounds > 1 ? fmt::format(", round {}/{}", r + 1, rounds) : "";
+              progress(fmt::format("{} {}x{} {} batch {}{}", f.name, shape.rows, shape.cols, to_string(o.levels[li]), batch, round),
                        static_cast<double>(done) / static_cast<double>(total));
             }
             const std::vector<double> times = time_passes(ctx, w, type, shape, x.data(), batch, y.data(), o);
