@@ -65,9 +65,9 @@ std::string percent(const std::optional<double>& f) { return f ? fmt::format("{:
 
 // The slowest and fastest round of a point, in weight GB/s.
 std::string round_range(const KernelPoint& p) {
-  const auto [fastest, slowest] = std::minmax_element(p.round_seconds.begin(), p.round_seconds.end());
-  const double bytes = double(p.weight_bytes) / 1e9;
-  return fmt::format("{:.1f}-{:.1f}", bytes / *slowest, bytes / *fastest);
+  const std::vector<double> gbs = round_weight_gbs(p);
+  const auto [slowest, fastest] = std::minmax_element(gbs.begin(), gbs.end());
+  return fmt::format("{:.1f}-{:.1f}", *slowest, *fastest);
 }
 
 void print_points(const std::vector<KernelPoint>& points, const Ceilings& c, const std::optional<ReadAround>& read) {

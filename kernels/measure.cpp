@@ -312,6 +312,7 @@ std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& o, const Cei
         return sets.back();
       };
       // Per (level, batch): every pass of every round, and each round's median.
+      const auto slot = [&](std::size_t li, std::size_t bi) { return li * o.batches.size() + bi; };
       std::vector<std::vector<double>> passes(o.levels.size() * o.batches.size());
       std::vector<std::vector<double>> round_medians(passes.size());
       for (std::size_t r = 0; r < rounds; ++r) {
@@ -328,9 +329,8 @@ std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& o, const Cei
                        static_cast<double>(done) / static_cast<double>(total));
             }
             const std::vector<double> times = time_passes(ctx, w, type, shape, x.data(), batch, y.data(), o);
-            auto& all = passes[li * o.batches.size() + bi];
-            all.insert(all.end(), times.begin(), times.end());
-            round_medians[li * o.batches.size() + bi].push_back(median_of(times));
+            passes[slot(li, bi)].insert(passes[slot(li, bi)].end(), times.begin(), times.end());
+            round_medians[slot(li, bi)].push_back(median_of(times));
           }
         }
       }
@@ -346,10 +346,10 @@ std::vector<KernelPoint> run_kernel_sweep(const KernelSweepOptions& o, const Cei
           p.shape = shape;
           p.threads = o.threads;
           p.weight_bytes = w.matrix_bytes;
-          p.round_seconds = round_medians[li * o.batches.size() + bi];
+          p.round_seconds = round_medians[slot(li, bi)];
           p.seconds = median_of(p.round_seconds);
           std::vector<double> rates;
-          for (double t : passes[li * o.batches.size() + bi]) rates.push_back(1.0 / t);
+          for (double t : passes[slot(li, bi)]) rates.push_back(1.0 / t);
           p.cv = summarize_rates(rates).cv;
           const double ops = 2.0 * double(shape.rows) * double(shape.cols) * double(p.batch);
           p.weight_gbs = double(w.matrix_bytes) / p.seconds / 1e9;
@@ -437,6 +437,12 @@ std::vector<QualityRow> measure_quality(const std::vector<GgmlType>& formats) {
   return rows;
 }
 
+std::vector<double> round_weight_gbs(const KernelPoint& p) {
+  std::vector<double> gbs;
+  for (double t : p.round_seconds) gbs.push_back(double(p.weight_bytes) / t / 1e9);
+  return gbs;
+}
+
 nlohmann::json to_json(const KernelPoint& p) {
   nlohmann::json j = {{"format", format_info(p.type).name},
                       {"isa", to_string(p.level)},
@@ -454,9 +460,7 @@ nlohmann::json to_json(const KernelPoint& p) {
   j["ceiling_gops"] = p.ceiling_gops ? nlohmann::json(*p.ceiling_gops) : nlohmann::json(nullptr);
   j["roofline_fraction"] = p.roofline_fraction ? nlohmann::json(*p.roofline_fraction) : nlohmann::json(nullptr);
   j["rounds"] = p.round_seconds.size();
-  nlohmann::json per_round = nlohmann::json::array();
-  for (double t : p.round_seconds) per_round.push_back(double(p.weight_bytes) / t / 1e9);
-  j["round_weight_gbs"] = per_round;
+  j["round_weight_gbs"] = round_weight_gbs(p);
   return j;
 }
 

@@ -107,6 +107,9 @@ struct KernelPoint {
   std::optional<double> roofline_fraction;
 };
 
+// Each round's weight GB/s of a point, in the order the rounds ran.
+std::vector<double> round_weight_gbs(const KernelPoint& p);
+
 using KernelProgress = std::function<void(const std::string& what, double fraction)>;
 
 // Sets the point's bound, ceiling and fraction of it from its GOPS, shape and bytes: the lower of
