@@ -1,11 +1,10 @@
 // infercast_dram_ratio: kernel bandwidth as a fraction of the DRAM read measured around it.
 // On a shared host the read ceiling moves by tens of percent from one minute to the next, so a
 // GEMV figure divided by a probe profile's read of an hour ago says little. Each round here
-// measures the probe's read kernel (twice the last-level cache, all threads), the kernels at
-// one shape and batch (weights cycled through 4x the last-level cache, as `infercast kernels`
-// does), then the read again, and divides each kernel's weight GB/s by the mean of the two
-// reads. Run two builds'
-// copies of it in turn to compare them; the medians over rounds are printed last.
+// measures the probe's read kernel (dram_buffer_bytes, all threads), the kernels at one shape
+// and batch (weights cycled through default_footprint, as `infercast kernels` does), then the
+// read again, and divides each kernel's weight GB/s by the mean of the two reads. Run two
+// builds' copies of it in turn to compare them; the medians over rounds are printed last.
 //
 //   infercast_dram_ratio [--rounds 3] [--formats F16,Q8_0,Q4_0,Q4_K,Q6_K] [--shape 4096x14336]
 //                        [--batch 1] [--threads N] [--min-time 0.3]

@@ -7,8 +7,8 @@
 // shared host's moving bandwidth out of their ratio, which is printed as the median over rounds.
 //
 // With --sweep-shapes, each round also runs the kernel sweep (as `infercast kernels` and the
-// calibration do: one shape, weights cycled through 256 MiB) for each format of the model, and
-// sets its bandwidth beside the replay's products of that format alone. With --curves, the
+// calibration do: one shape, weights cycled through the default footprint) for each format of
+// the model, and sets its bandwidth beside the replay's products of that format alone. With --curves, the
 // sweep runs the calibration's three shapes and the curve point they give (model/calibration.h)
 // forecasts each replayed product: the forecast's matrix time against the engine's, free of the
 // minutes that separate a calibration from the runs it forecasts.
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
     sweep.batches = {static_cast<std::size_t>(concurrency)};
     sweep.threads = threads;
     sweep.min_time = 0.1;
-    sweep.footprint_bytes = std::size_t{256} << 20;
+    sweep.footprint_bytes = default_footprint();
     for (const LayerWeights& w : model.layers()) {
       for (const WeightView* v : {&w.wq, &w.wk, &w.wv, &w.wo, &w.gate, &w.up, &w.down}) {
         if (std::find(sweep.formats.begin(), sweep.formats.end(), v->type) == sweep.formats.end()) sweep.formats.push_back(v->type);

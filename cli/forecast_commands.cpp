@@ -467,7 +467,7 @@ void add_calibrate_command(CLI::App& app, int& exit_status) {
   cmd->add_option("--work-dir", a->work_dir, "Where the calibration model is written (default: the temp directory)");
   cmd->add_option("--footprint", a->footprint,
                   "Weight bytes cycled per kernel point (default: twice where the profile's load latency or read reached DRAM, at most 4x LLC, "
-                  "at least 256MiB; validate reuses it)");
+                  "at least 1GiB; validate reuses it)");
   cmd->add_flag("--kernels-only", a->kernels_only, "Skip the engine runs (described-machine forecasts only)");
   cmd->callback([a, &exit_status] {
     nlohmann::json profile = read_json_file(a->profile, fmt::format("run `infercast probe --out {}` first", a->profile));

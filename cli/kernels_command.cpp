@@ -210,7 +210,7 @@ void add_kernels_command(CLI::App& app, int& exit_status) {
                   fmt::format("Passes over every format's points (1-{}); each figure is the median of its rounds, "
                               "the table gives their range", kMaxRounds))
       ->capture_default_str();
-  cmd->add_option("--footprint", args->footprint, "Weight bytes cycled per point (default: twice where the profile's load latency or read reached DRAM, at most 4x LLC, at least 256MiB)");
+  cmd->add_option("--footprint", args->footprint, "Weight bytes cycled per point (default: twice where the profile's load latency or read reached DRAM, at most 4x LLC, at least 1GiB)");
   cmd->add_option("--layout", args->layout,
                   "Weight layout: best (each ISA level's own, as a loaded model), gguf, or interleaved")
       ->capture_default_str();

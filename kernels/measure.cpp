@@ -23,8 +23,6 @@
 namespace infercast {
 namespace {
 
-constexpr std::size_t kMinFootprint = std::size_t{256} << 20;
-
 std::optional<double> number_at(const nlohmann::json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_number()) return std::nullopt;
   return j[key].get<double>();
@@ -74,7 +72,9 @@ WeightSet make_weights(GgmlType type, Shape shape, std::size_t footprint, Weight
 }  // namespace
 
 std::size_t default_footprint() {
-  return std::max<std::size_t>(4 * host_topology().last_level_cache_bytes(), kMinFootprint);
+  const Topology& topo = host_topology();
+  const std::uint64_t wanted = std::max<std::uint64_t>(4 * topo.last_level_cache_bytes(), kDramFloorBytes);
+  return static_cast<std::size_t>(std::min(wanted, std::max(kDramLeastBytes, topo.available_memory_bytes / 4)));
 }
 
 namespace {
@@ -103,7 +103,10 @@ std::optional<double> read_plateau_bytes(const nlohmann::json& profile) {
 }  // namespace
 
 std::size_t footprint_from_profile(const nlohmann::json& profile) {
-  const std::size_t fallback = default_footprint();
+  return footprint_from_profile(profile, default_footprint());
+}
+
+std::size_t footprint_from_profile(const nlohmann::json& profile, std::size_t fallback) {
   if (!profile.is_object()) return fallback;
   std::optional<double> from;  // where the latency reached DRAM
   if (profile.contains("latency") && profile["latency"].is_object()) {
@@ -123,8 +126,9 @@ std::size_t footprint_from_profile(const nlohmann::json& profile) {
   const std::optional<double> read_from = read_plateau_bytes(profile);
   if (!from && !read_from) return fallback;
   const double twice = 2 * std::max(from.value_or(0.0), read_from.value_or(0.0));
-  // The default is never below the floor.
-  return std::clamp(static_cast<std::size_t>(std::min(twice, 1e18)), kMinFootprint, fallback);
+  // Never below the floor, unless memory is too short for the floor (then the fallback is).
+  const std::size_t floor = std::min<std::size_t>(kDramFloorBytes, fallback);
+  return std::clamp(static_cast<std::size_t>(std::min(twice, 1e18)), floor, fallback);
 }
 
 Ceilings ceilings_from_profile(const nlohmann::json& profile) {

@@ -50,15 +50,19 @@ std::optional<ComputeFamily> compute_family(GgmlType type, std::string_view kern
 std::optional<double> compute_ceiling(const Ceilings& c, GgmlType type, std::string_view kernel);
 
 // Weight bytes a sweep point cycles through when none is given: 4x the last-level cache CPUID
-// reports, at least 256 MiB.
+// reports, at least kDramFloorBytes (1 GiB, probes/bandwidth.h: a small model's weights, and
+// where caches stopped speeding GEMV up on the hosts measured), at most a quarter of the
+// available memory unless that is below kDramLeastBytes.
 std::size_t default_footprint();
 // The same for a machine the probe has measured: twice the working set from which its load
 // latency, or its read bandwidth at any thread count (whichever is larger), sat on the DRAM
-// plateau, at least 256 MiB and at most the default. (A 16-core Xeon's loads reached DRAM
-// latency from 8 MiB on, while its 300 MiB L3 still sped up reads of 256 MiB by half.) A VM
-// can report a cache it does not have (one host here claimed 508 MiB of L3 per core while loads reached DRAM
-// latency from 256 MiB on, and the default swept 4 GiB per point). The default when the profile
-// has no DRAM plateau; throws UsageError when its plateau has no positive size.
+// plateau, at least kDramFloorBytes and at most `fallback` (the default). (A 16-core Xeon's loads
+// reached DRAM latency from 8 MiB on, while its 300 MiB L3 still sped up reads of 256 MiB by
+// half.) A VM can report a cache it does not have (one host here claimed 508 MiB of L3 per core
+// while loads reached DRAM latency from 256 MiB on, and the default swept 4 GiB per point).
+// `fallback` when the profile has no DRAM plateau; throws UsageError when its plateau has no
+// positive size.
+std::size_t footprint_from_profile(const nlohmann::json& profile, std::size_t fallback);
 std::size_t footprint_from_profile(const nlohmann::json& profile);
 
 struct Shape {

@@ -123,8 +123,8 @@ struct Calibration {
   // host's bandwidth moves over minutes (0.22 on a shared host here), a part of every
   // bandwidth-bound forecast's band.
   double read_cv = 0;
-  // Weight bytes each sweep point cycles through (0: the kernels' default, 4x the last-level
-  // cache); validate's refreshes use the same.
+  // Weight bytes each sweep point cycles through (0: the kernels' default_footprint, at least
+  // 1 GiB); validate's refreshes use the same.
   std::uint64_t footprint_bytes = 0;
   std::map<GgmlType, std::vector<CurvePoint>> curves;
   // The DRAM read the curve of each format stands for: measured just before and after its
@@ -198,7 +198,7 @@ struct CalibrationOptions {
   std::string work_dir;           // where the calibration models are written (and removed)
   bool engine = true;             // also fit the engine overheads
   double min_time = 0.25;         // per sweep point
-  std::uint64_t footprint_bytes = 0;  // per sweep point (0: 4x the last-level cache)
+  std::uint64_t footprint_bytes = 0;  // per sweep point (0: the kernels' default_footprint)
   std::uint64_t seed = 7;
 };
 // Measures (or measures again) the curves of `formats` at the calibration's thread count and

@@ -271,9 +271,8 @@ std::vector<BandwidthPoint> run_bandwidth_sweep(const BandwidthOptions& options,
 }
 
 std::uint64_t dram_buffer_bytes(const Topology& topo) {
-  constexpr std::uint64_t kFloor = std::uint64_t{256} << 20;
-  const std::uint64_t wanted = std::max(kFloor, 2 * topo.last_level_cache_bytes());
-  return topo.available_memory_bytes >= 4 * kFloor ? std::min(wanted, topo.available_memory_bytes / 4) : kFloor;
+  const std::uint64_t wanted = std::max(kDramFloorBytes, 2 * topo.last_level_cache_bytes());
+  return std::min(wanted, std::max(kDramLeastBytes, topo.available_memory_bytes / 4));
 }
 
 double measure_dram_read_gbs(unsigned threads, IsaLevel level, std::uint64_t bytes) {

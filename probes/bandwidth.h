@@ -55,9 +55,18 @@ unsigned read_streams_for(std::uint64_t bytes_per_thread, const Topology& topo);
 std::vector<BandwidthPoint> run_bandwidth_sweep(const BandwidthOptions& options,
                                                 const Topology& topo);
 
-// A buffer no cache serves a useful part of: twice the whole last-level cache, at least 256 MiB,
-// at most a quarter of the available memory. Less misleads on a large L3: the 300 MiB L3 of one
-// 16-core Xeon streamed a 256 MiB buffer at 143 GB/s and a 512 MiB one at 96 (DRAM).
+// The least working set measured as DRAM: a small model's weights. A host can keep part of a
+// smaller one in caches it does not report: on a Zen 5 guest reporting a 32 MiB L3, GEMV over
+// 256 MiB of weights ran 7-22% faster than over 2 GiB and the read 5-9% faster, while 1 GiB ran
+// as 2 GiB (docs/PERFORMANCE.md, twenty-ninth session). The engine streams gigabytes.
+inline constexpr std::uint64_t kDramFloorBytes = std::uint64_t{1} << 30;
+// Where memory is short, no buffer goes below this.
+inline constexpr std::uint64_t kDramLeastBytes = std::uint64_t{256} << 20;
+
+// A buffer no cache serves a useful part of: twice the whole last-level cache, at least
+// kDramFloorBytes, and no more than a quarter of the available memory unless that is below
+// kDramLeastBytes. Less misleads on a large L3: the 300 MiB L3 of one 16-core Xeon streamed a
+// 256 MiB buffer at 143 GB/s and a 512 MiB one at 96 (DRAM).
 std::uint64_t dram_buffer_bytes(const Topology& topo);
 
 // The probe's read kernel on `bytes` (0: dram_buffer_bytes of this host) at `threads` threads:

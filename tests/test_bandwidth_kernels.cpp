@@ -139,11 +139,13 @@ TEST(BandwidthSweep, TheDramReadBufferIsTwiceTheLastLevelCache) {
   Topology t;
   t.available_memory_bytes = std::uint64_t{64} << 30;
   const std::uint64_t mib = std::uint64_t{1} << 20;
-  EXPECT_EQ(dram_buffer_bytes(t), 256 * mib);  // no cache found: the floor
+  EXPECT_EQ(dram_buffer_bytes(t), 1024 * mib);  // no cache found: the floor
   t.caches.push_back(CacheLevel{3, "unified", 300 * mib, 64, 1, 16, 16});
-  EXPECT_EQ(dram_buffer_bytes(t), 600 * mib);
+  EXPECT_EQ(dram_buffer_bytes(t), 1024 * mib);  // twice the cache is below the floor
+  t.caches.back().size_bytes = 800 * mib;
+  EXPECT_EQ(dram_buffer_bytes(t), 1600 * mib);
   t.available_memory_bytes = std::uint64_t{2} << 30;
   EXPECT_EQ(dram_buffer_bytes(t), 512 * mib);  // a quarter of what is free
   t.available_memory_bytes = 512 * mib;
-  EXPECT_EQ(dram_buffer_bytes(t), 256 * mib);
+  EXPECT_EQ(dram_buffer_bytes(t), 256 * mib);  // never below the least
 }

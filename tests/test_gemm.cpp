@@ -16,7 +16,9 @@
 #include "kernels/interleave.h"
 #include "kernels/measure.h"
 #include "kernels/thread_pool.h"
+#include "probes/bandwidth.h"
 #include "probes/error.h"
+#include "probes/topology.h"
 
 namespace infercast {
 namespace {
@@ -517,43 +519,47 @@ TEST(KernelSweep, ComputeCeilingIsThePeakOfTheKernelsFamilyAndWidth) {
 }
 
 // The sweep cycles twice the working set from which the probe saw DRAM latency, never less
-// than 256 MiB nor more than the CPUID-based default; without a DRAM plateau, the default.
+// than 1 GiB nor more than the CPUID-based default; without a DRAM plateau, the default.
 TEST(KernelSweep, FootprintFollowsTheProfilesDramPlateau) {
   const auto profile = [](double from_bytes) {
     return nlohmann::json{{"latency",
                            {{"plateaus", nlohmann::json::array({{{"level", "L2"}, {"from_bytes", 65536}},
                                                                 {{"level", "DRAM"}, {"from_bytes", from_bytes}}})}}}};
   };
-  const std::size_t fallback = default_footprint();
   const std::size_t mib = std::size_t{1} << 20;
-  EXPECT_GE(fallback, 256 * mib);
-  EXPECT_EQ(footprint_from_profile(profile(64.0 * static_cast<double>(mib))), 256 * mib);
-  EXPECT_EQ(footprint_from_profile(profile(1e15)), fallback);
-  if (fallback >= 512 * mib) {
-    EXPECT_EQ(footprint_from_profile(profile(256.0 * static_cast<double>(mib))), 512 * mib);
-  }
-  EXPECT_EQ(footprint_from_profile(nlohmann::json::object()), fallback);
-  EXPECT_EQ(footprint_from_profile(nlohmann::json{{"latency", {{"plateaus", nlohmann::json::array()}}}}), fallback);
+  const std::size_t fallback = 4096 * mib;
+  EXPECT_EQ(footprint_from_profile(profile(64.0 * static_cast<double>(mib)), fallback), 1024 * mib);  // the floor
+  EXPECT_EQ(footprint_from_profile(profile(768.0 * static_cast<double>(mib)), fallback), 1536 * mib);
+  EXPECT_EQ(footprint_from_profile(profile(1e15), fallback), fallback);
+  EXPECT_EQ(footprint_from_profile(nlohmann::json::object(), fallback), fallback);
+  EXPECT_EQ(footprint_from_profile(nlohmann::json{{"latency", {{"plateaus", nlohmann::json::array()}}}}, fallback), fallback);
   // Malformed entries are no plateau, never an exception of the JSON library.
-  EXPECT_EQ(footprint_from_profile(nlohmann::json{{"latency", {{"plateaus", nlohmann::json::array({{{"level", 3}}, 7})}}}}), fallback);
-  EXPECT_EQ(footprint_from_profile(nlohmann::json{{"latency", {{"plateaus", "none"}}}}), fallback);
-  EXPECT_THROW((void)footprint_from_profile(profile(-1)), UsageError);
-  EXPECT_THROW((void)footprint_from_profile(profile(0)), UsageError);
+  EXPECT_EQ(footprint_from_profile(nlohmann::json{{"latency", {{"plateaus", nlohmann::json::array({{{"level", 3}}, 7})}}}}, fallback), fallback);
+  EXPECT_EQ(footprint_from_profile(nlohmann::json{{"latency", {{"plateaus", "none"}}}}, fallback), fallback);
+  EXPECT_THROW((void)footprint_from_profile(profile(-1), fallback), UsageError);
+  EXPECT_THROW((void)footprint_from_profile(profile(0), fallback), UsageError);
+  // Memory too short for the floor: the default, which already took what is free into account.
+  EXPECT_EQ(footprint_from_profile(profile(64.0 * static_cast<double>(mib)), 512 * mib), 512 * mib);
 
   // The read curves count too, per thread times threads: loads at DRAM latency from 8 MiB on,
-  // reads at 16 threads on their DRAM plateau from 32 MiB per thread (a 300 MiB L3 kept
+  // reads at 16 threads on their DRAM plateau from 64 MiB per thread (a 300 MiB L3 kept
   // serving part of anything smaller).
   nlohmann::json big_l3 = profile(8.0 * static_cast<double>(mib));
   big_l3["bandwidth"]["read_plateaus_by_threads"] = {
       {"1", nlohmann::json::array({{{"level", "L3"}, {"from_bytes", 4 * mib}},
-                                   {{"level", "DRAM"}, {"from_bytes", 256 * mib}}})},
-      {"16", nlohmann::json::array({{{"level", "DRAM"}, {"from_bytes", 32 * mib}}})},
-      {"x", nlohmann::json::array({{{"level", "DRAM"}, {"from_bytes", 1024 * mib}}})}};
-  EXPECT_EQ(footprint_from_profile(big_l3), std::min<std::size_t>(1024 * mib, fallback));
+                                   {{"level", "DRAM"}, {"from_bytes", 768 * mib}}})},
+      {"16", nlohmann::json::array({{{"level", "DRAM"}, {"from_bytes", 64 * mib}}})},
+      {"x", nlohmann::json::array({{{"level", "DRAM"}, {"from_bytes", 4096 * mib}}})}};
+  EXPECT_EQ(footprint_from_profile(big_l3, fallback), 2048 * mib);
   big_l3["latency"] = nlohmann::json::object();  // the reads alone suffice
-  EXPECT_EQ(footprint_from_profile(big_l3), std::min<std::size_t>(1024 * mib, fallback));
+  EXPECT_EQ(footprint_from_profile(big_l3, fallback), 2048 * mib);
   big_l3["bandwidth"]["read_plateaus_by_threads"]["16"] = "none";
-  EXPECT_EQ(footprint_from_profile(big_l3), std::min<std::size_t>(512 * mib, fallback));
+  EXPECT_EQ(footprint_from_profile(big_l3, fallback), 1536 * mib);
+
+  // This host's default: at least the floor, unless a quarter of its memory is less.
+  const std::size_t host = default_footprint();
+  EXPECT_GE(host, std::min<std::size_t>(kDramFloorBytes, std::max<std::size_t>(kDramLeastBytes, available_memory_bytes() / 4)));
+  EXPECT_EQ(footprint_from_profile(profile(1e15)), host);
 }
 
 }  // namespace
