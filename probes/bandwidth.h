@@ -57,8 +57,9 @@ std::vector<BandwidthPoint> run_bandwidth_sweep(const BandwidthOptions& options,
 
 // The least working set measured as DRAM: a small model's weights. A host can keep part of a
 // smaller one in caches it does not report: on a Zen 5 guest reporting a 32 MiB L3, GEMV over
-// 256 MiB of weights ran 7-22% faster than over 2 GiB and the read 5-9% faster, while 1 GiB ran
-// as 2 GiB (docs/PERFORMANCE.md, twenty-ninth session). The engine streams gigabytes.
+// 256 MiB of weights ran 7-23% faster than over 2 GiB and the read 3-5% faster (medians), while
+// 1 GiB ran within 6% of 2 GiB (docs/PERFORMANCE.md, twenty-ninth session). The engine streams
+// gigabytes.
 inline constexpr std::uint64_t kDramFloorBytes = std::uint64_t{1} << 30;
 // Where memory is short, no buffer goes below this.
 inline constexpr std::uint64_t kDramLeastBytes = std::uint64_t{256} << 20;

@@ -21,6 +21,9 @@ std::uint64_t round_up_pow2(std::uint64_t x) {
   return p;
 }
 
+// The least working set the probe counts as DRAM.
+std::uint64_t dram_threshold(std::uint64_t llc_bytes) { return std::max(4 * llc_bytes, kDramFloorBytes); }
+
 json or_null(std::optional<double> v) { return v ? json(*v) : json(nullptr); }
 
 // Points of one kernel and thread count at DRAM-sized working sets.
@@ -125,13 +128,16 @@ ProbePlan plan_probe(const ProbeOptions& options, const Topology& topo, const Cp
     }
     plan.max_bytes = options.max_memory;
   } else {
-    // STREAM's rule: DRAM working sets at least 4x the last-level cache; leave half the
-    // available memory to everything else. The full run goes one octave further, so the DRAM
-    // figure is the median of several sizes: one size alone caught a quiet minute of a shared
-    // host (40 GB/s at 128 MiB beside 25-30 at the sizes around it).
-    plan.max_bytes = std::min(round_up_pow2(4 * llc_bytes) * (options.quick ? 1 : 2), available / 2);
+    // STREAM's rule, DRAM working sets at least 4x the last-level cache, and never below a
+    // small model's weights (kDramFloorBytes: caches this host does not report sped up 256 MiB);
+    // leave half the available memory to everything else. The full run goes one octave further,
+    // so the DRAM figure is the median of several sizes: one size alone caught a quiet minute
+    // of a shared host (40 GB/s at 128 MiB beside 25-30 at the sizes around it).
+    plan.max_bytes = std::min(round_up_pow2(dram_threshold(llc_bytes)) * (options.quick ? 1 : 2), available / 2);
   }
-  plan.dram_bytes = std::min(4 * llc_bytes, plan.max_bytes);
+  plan.dram_bytes = std::min(dram_threshold(llc_bytes), plan.max_bytes);
+  plan.latency_max_bytes = std::min(round_up_pow2(4 * llc_bytes) * (options.quick ? 1 : 2), plan.max_bytes);
+  plan.latency_dram_bytes = std::min(4 * llc_bytes, plan.latency_max_bytes);
   plan.level = choose_level(cpu, options.isa);
 
   const double min_time = options.min_time > 0 ? options.min_time : (options.quick ? 0.003 : 0.006);
@@ -146,7 +152,7 @@ ProbePlan plan_probe(const ProbeOptions& options, const Topology& topo, const Cp
   bw.level = plan.level;
 
   auto& lat = plan.latency;
-  lat.sizes = sweep_sizes(4096, plan.max_bytes, 2, 4096);
+  lat.sizes = sweep_sizes(4096, plan.latency_max_bytes, 2, 4096);
   if (options.quick) {
     // Every second octave, always keeping the largest (DRAM) size.
     std::vector<std::uint64_t> sparse;
@@ -239,7 +245,7 @@ json summarize(const ProbeResults& r) {
   s["l3_read_gbs_per_core"] = or_null(plateau_value(single, "L3"));
   std::vector<double> dram_ns;
   for (const auto& l : r.latency) {
-    if (l.bytes >= r.plan.dram_bytes) dram_ns.push_back(l.ns);
+    if (l.bytes >= r.plan.latency_dram_bytes) dram_ns.push_back(l.ns);
   }
   s["dram_latency_ns"] = dram_ns.empty() ? json(nullptr) : json(median_of(dram_ns));
   s["l1_latency_ns"] = or_null(plateau_value(r.latency_plateaus, "L1"));
@@ -288,6 +294,8 @@ json profile_json(const ProbeResults& r, const Topology& topo, const CpuFeatures
   j["settings"] = {{"thread_counts", r.plan.thread_counts},
                    {"max_bytes", r.plan.max_bytes},
                    {"dram_bytes", r.plan.dram_bytes},
+                   {"latency_max_bytes", r.plan.latency_max_bytes},
+                   {"latency_dram_bytes", r.plan.latency_dram_bytes},
                    {"min_time_s", r.plan.bandwidth.min_time},
                    {"samples", r.plan.bandwidth.samples},
                    {"compute_rounds", r.plan.compute.rounds},

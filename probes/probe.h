@@ -35,6 +35,10 @@ struct ProbePlan {
   std::vector<unsigned> thread_counts;
   std::uint64_t max_bytes = 0;
   std::uint64_t dram_bytes = 0;  // working sets at least this large count as DRAM
+  // The load-latency sweep's own: pointer chases at 4x the last-level cache already miss it, and
+  // chasing gigabytes at DRAM latency would take most of a minute.
+  std::uint64_t latency_max_bytes = 0;
+  std::uint64_t latency_dram_bytes = 0;
   IsaLevel level = IsaLevel::scalar;
   BandwidthOptions bandwidth;
   LatencyOptions latency;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "probes/error.h"
 #include "probes/probe.h"
 
@@ -30,12 +32,17 @@ TEST(ProbePlan, DefaultsFollowTheMachine) {
       EXPECT_GE(full.max_bytes, 2 * full.dram_bytes);
     }
   }
+  // DRAM sizes start no lower than a small model's weights, where memory allows.
+  EXPECT_GE(full.dram_bytes, std::min<std::uint64_t>(kDramFloorBytes, full.max_bytes));
+  EXPECT_LE(full.max_bytes, available_memory_bytes() / 2);
   o.quick = true;
   o.isa = IsaLevel::scalar;
   const ProbePlan quick = plan_probe(o, topo, host_cpu());
   EXPECT_EQ(quick.level, IsaLevel::scalar);
   EXPECT_LT(quick.bandwidth.points_per_octave, full.bandwidth.points_per_octave);
-  EXPECT_EQ(quick.latency.sizes.back(), quick.max_bytes / 4096 * 4096);
+  EXPECT_EQ(quick.latency.sizes.back(), quick.latency_max_bytes / 4096 * 4096);
+  EXPECT_LE(quick.latency_max_bytes, quick.max_bytes);
+  EXPECT_LE(full.latency_dram_bytes, full.dram_bytes);
 }
 
 TEST(Probe, TinyRunProducesACompleteProfile) {
