@@ -2,7 +2,7 @@
 // it) and OpenBLAS's sgemm, same shape, same threads, same run, weights cycled through copies
 // larger than the last-level cache for every library alike. Used by scripts/compare-peers.
 //
-//   infercast_peer_gemm [--threads N] [--shape 4096x4096] [--batches 1,8,64] [--footprint-mib 512]
+//   infercast_peer_gemm [--threads N] [--shape 4096x4096] [--batches 1,8,64] [--footprint-mib 1024]
 #include <cblas.h>
 #include <fmt/format.h>
 
@@ -19,6 +19,7 @@
 #include "kernels/gemm.h"
 #include "kernels/half.h"
 #include "kernels/measure.h"
+#include "probes/bandwidth.h"
 #include "probes/stats.h"
 #include "probes/timer.h"
 #include "probes/topology.h"
@@ -32,7 +33,7 @@ struct Args {
   std::size_t rows = 4096;  // N: output features
   std::size_t cols = 4096;  // K: input features
   std::vector<std::size_t> batches{1, 8, 64};
-  std::size_t footprint = std::size_t{512} << 20;
+  std::size_t footprint = infercast::kDramFloorBytes;  // as the kernel sweep's least footprint
 };
 
 Args parse(int argc, char** argv) {
