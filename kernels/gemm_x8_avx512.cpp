@@ -401,8 +401,11 @@ struct Kx8 {
   // From four activation rows on, Q4_K multiplies its sub-block scales with vpdpwssd (see block).
   template <int Na>
   static constexpr bool kScalePairs = !kFifthBit && Na >= 4;
-  // Two groups of a batch at once spill those registers: 23 GB/s against 41 at batch 4.
-  static constexpr int kTwoStreamBatch = 1;
+  // Two groups at once, two streams of DRAM requests in flight as in a GEMV, up to three rows:
+  // batches 2 and 3 ran 12-25% faster than with one stream (4096-wide, weights from DRAM, two
+  // threads on the Zen 5 guest, builds alternated). From four rows on, two groups spill these
+  // registers: 0.77x at batch 4 (docs/PERFORMANCE.md, twenty-ninth session).
+  static constexpr int kTwoStreamBatch = 3;
   static std::size_t act_row(std::size_t cols) { return act_q8_k_row(cols); }
 
   template <int Na>

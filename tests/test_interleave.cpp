@@ -110,7 +110,7 @@ TEST_P(InterleaveFormats, KernelsAgreeWithTheReferenceOnArbitraryQuants) {
   SeededRng rng(3);
   std::vector<float> x(3 * cols);
   for (auto& v : x) v = rng.gaussian();
-  for (std::size_t batch : {1U, 3U}) {
+  for (std::size_t batch : {1U, 2U, 3U}) {  // GEMV and the two-stream batches
     std::vector<float> want(batch * rows);
     GemmContext(1, IsaLevel::scalar).gemm(make_weight_view(t, gguf.data(), rows, cols), x.data(), batch, want.data());
     for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
