@@ -16,6 +16,7 @@ ThreadTeam::ThreadTeam(unsigned size) : size_(size == 0 ? 1 : size) {
 ThreadTeam::~ThreadTeam() {
   stop_.store(true, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
   for (auto& t : threads_) t.join();
   if (caller_affinity_saved_) sched_setaffinity(0, sizeof caller_affinity_, &caller_affinity_);
 }
@@ -27,9 +28,14 @@ void ThreadTeam::worker(unsigned member) {
     unsigned spins = 0;
     while (generation_.load(std::memory_order_acquire) == seen) {
       _mm_pause();
-      // Back off to the scheduler when idle for long, so an idle team does not burn the core
-      // another process (or the main thread on an oversubscribed machine) needs.
-      if (++spins > (1U << 16)) std::this_thread::yield();
+      // Idle for long (a millisecond or more): sleep until the next release. Yielding instead
+      // kept an idle team's cores busy whenever nothing else was runnable, and a second team
+      // pinned to the same cores lost up to half its rate to it. Jobs of a step follow each
+      // other within microseconds, so a working team never gets here.
+      if (++spins > kSpinsBeforeSleep) {
+        generation_.wait(seen, std::memory_order_acquire);
+        spins = 0;
+      }
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire)) return;
@@ -42,6 +48,7 @@ void ThreadTeam::run(const std::function<void(unsigned)>& job) {
   job_ = &job;
   finished_.store(0, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();  // a load of the waiter count unless a member sleeps
   job(0);
   while (finished_.load(std::memory_order_acquire) != size_ - 1) _mm_pause();
 }

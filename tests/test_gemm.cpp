@@ -2,9 +2,14 @@
 // the edge cases of each format.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+#include <time.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -472,6 +477,33 @@ TEST(ThreadPool, RunsEveryMemberAndReusesThreads) {
   std::vector<int> hits(pool.size(), 0);
   for (int i = 0; i < 100; ++i) pool.run([&](unsigned m) { ++hits[m]; });
   for (int h : hits) EXPECT_EQ(h, 100);
+}
+
+// An idle pool's members sleep after their spin, rather than keep a core busy: over 300 ms idle
+// a member may spin its few milliseconds, not the whole time (a yield loop did, on an otherwise
+// idle core). A later job still reaches every member.
+TEST(ThreadPool, IdleMembersSleep) {
+  ThreadPool pool(2);
+  clockid_t member_clock{};
+  int clock_error = -1;
+  pool.run([&](unsigned m) {
+    if (m == 1) clock_error = pthread_getcpuclockid(pthread_self(), &member_clock);
+  });
+  ASSERT_EQ(clock_error, 0);
+  const auto cpu_seconds = [&] {
+    timespec t{};
+    clock_gettime(member_clock, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  };
+  const double before = cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LT(cpu_seconds() - before, 0.1);
+  std::vector<int> hits(pool.size(), 0);
+  for (int i = 0; i < 3; ++i) {
+    pool.run([&](unsigned m) { ++hits[m]; });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // asleep again before the next
+  }
+  for (int h : hits) EXPECT_EQ(h, 3);
 }
 
 }  // namespace
