@@ -8,10 +8,10 @@
 //
 // With --sweep-shapes, each round also runs the kernel sweep (as `infercast kernels` and the
 // calibration do: one shape, weights cycled through the default footprint) for each format of
-// the model, and sets its bandwidth beside the replay's products of that format alone. With --curves, the
-// sweep runs the calibration's three shapes and the curve point they give (model/calibration.h)
-// forecasts each replayed product: the forecast's matrix time against the engine's, free of the
-// minutes that separate a calibration from the runs it forecasts.
+// the model, and sets its bandwidth beside the replay's products of that format alone. With
+// --curves, the sweep runs the calibration's three shapes and the curve point they give
+// (model/calibration.h) forecasts each replayed product: the forecast's matrix time against the
+// engine's, free of the minutes that separate a calibration from the runs it forecasts.
 //
 //   infercast_engine_products --model M.gguf [--rounds 15] [--steps 16] [--concurrency 1]
 //                             [--threads N] [--sweep-shapes 2048x8192,8192x2048] [--curves]
