@@ -191,6 +191,10 @@ INFERCAST_INLINE void multiply_block(const __m512i (&q)[4], const std::uint16_t*
 struct Q4_0x8 : Q8ActivationKernel {
   using X8 = BlockQ4_0x8;
   static constexpr int kOffset = 8;
+  // Batches of up to four rows (two pairs) on two streams (rows_pairs). Beyond, Q4_0 is bound
+  // by its decoding and arithmetic, not by DRAM: three and four pairs on two streams ran at
+  // 0.85-1.01x of one (batches 5-8, weights from DRAM, two threads, Zen 5).
+  static constexpr int kTwoStreamPairs = 2;
 
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b, __m512 (&acc)[Na]) {
@@ -240,6 +244,10 @@ struct Q4_0x8 : Q8ActivationKernel {
 struct Q8_0x8 : Q8ActivationKernel {
   using X8 = BlockQ8_0x8;
   static constexpr int kOffset = 128;
+  // Batches of up to eight rows (four pairs) on two streams (rows_pairs): Q8_0 reads twice the
+  // bytes of Q4_0 per product and stays bound by DRAM there; batches 5-8 ran 1.09-1.27x
+  // faster than on one stream (weights from DRAM, two threads, Zen 5).
+  static constexpr int kTwoStreamPairs = 4;
 
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b, __m512 (&acc)[Na]) {
@@ -593,7 +601,7 @@ constexpr const char* kX8KernelName = "avx512_x8";
 // eight pairs in flight left the VNNI units waiting on latency (Zen 5, alternated rounds: two
 // chains 2-7% faster at batches 8-64, equal at 4; four chains slower; docs/PERFORMANCE.md,
 // twentieth session).
-template <class K, int Np>
+template <class K, int Ng, int Np>
 INFERCAST_INLINE void pair_block(const typename K::X8& w, const ActPairQ8_0* const (&x)[Np], std::size_t b,
                                  __m512 (&acc)[Np]) {
   __m512i q[8];
@@ -601,7 +609,12 @@ INFERCAST_INLINE void pair_block(const typename K::X8& w, const ActPairQ8_0* con
   const __m512 dw = row_scales(w.d);
   INFERCAST_UNROLL
   for (int p = 0; p < Np; ++p) {
-    const ActPairQ8_0& xa = x[p][b];
+    const ActPairQ8_0* xp = &x[p][b];
+    // Hidden from the optimiser when two groups share the pairs, as in Kx8::block: GCC held
+    // both groups' broadcasts at once and spilled them (Q8_0 batch 8 on two streams 0.92x of one
+    // stream, against 1.10x with this).
+    if constexpr (Ng == 2) asm volatile("" : "+r"(xp));
+    const ActPairQ8_0& xa = *xp;
     __m512i dot[2] = {broadcast8(reinterpret_cast<const std::int8_t*>(xa.offset)), _mm512_setzero_si512()};
     INFERCAST_UNROLL
     for (int k = 0; k < 8; ++k) dot[k % 2] = _mm512_dpbusd_epi32(dot[k % 2], q[k], broadcast8(xa.qs[k][0]));
@@ -624,7 +637,7 @@ void pair_groups(const GemmCall& c, std::size_t r0, std::size_t stride, std::siz
   }
   for (std::size_t b = 0; b < c.cols / kQk; ++b) {
     INFERCAST_UNROLL
-    for (int g = 0; g < Ng; ++g) pair_block<K, Np>(w[g][b], x, b, acc[g]);
+    for (int g = 0; g < Ng; ++g) pair_block<K, Ng, Np>(w[g][b], x, b, acc[g]);
   }
   const __m512i split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   for (int g = 0; g < Ng; ++g) {
@@ -652,22 +665,24 @@ float pair_tail(const GemmCall& c, std::size_t r, const ActPairQ8_0* x, std::siz
   return sum;
 }
 
-// As rows_x8: up to two pairs take two groups at once from the two halves of the thread's rows;
-// more go through in chunks that stay in L2, kMaxPairs at a time and the rest in one pass.
+// As rows_x8: up to K::kTwoStreamPairs pairs take two groups at once from the two halves of the
+// thread's rows; more go through in chunks that stay in L2, kMaxPairs at a time and the rest in
+// one pass.
 template <class K>
 void rows_pairs(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t*) {
   constexpr std::size_t kMaxPairs = 8;
+  constexpr int kTwoStreamPairs = K::kTwoStreamPairs;
+  static_assert(kTwoStreamPairs >= 1 && kTwoStreamPairs <= 4);
   const std::size_t pairs = (c.batch + 1) / 2;
   const std::size_t row = act_pair_row(c.cols);
   const std::size_t full = std::min(end, c.rows / kR * kR);
-  if (pairs == 1) {
-    in_two_streams(
-        c, begin, full, kX8BatchAhead, [&](std::size_t r, std::size_t stride) { pair_groups<K, 2, 1>(c, r, stride, 0); },
-        [&](std::size_t r) { pair_groups<K, 1, 1>(c, r, 0, 0); });
-  } else if (pairs == 2) {
-    in_two_streams(
-        c, begin, full, kX8BatchAhead, [&](std::size_t r, std::size_t stride) { pair_groups<K, 2, 2>(c, r, stride, 0); },
-        [&](std::size_t r) { pair_groups<K, 1, 2>(c, r, 0, 0); });
+  if (pairs <= kTwoStreamPairs) {
+    with_count<kTwoStreamPairs>(pairs, [&](auto np) {
+      constexpr int kNp = decltype(np)::value;
+      in_two_streams(
+          c, begin, full, kX8BatchAhead, [&](std::size_t r, std::size_t stride) { pair_groups<K, 2, kNp>(c, r, stride, 0); },
+          [&](std::size_t r) { pair_groups<K, 1, kNp>(c, r, 0, 0); });
+    });
   } else {
     const std::size_t chunk = std::max(kMaxPairs, (std::size_t{256} << 10) / row / kMaxPairs * kMaxPairs);
     for (std::size_t p0 = 0; p0 < pairs; p0 += chunk) {

@@ -108,9 +108,11 @@ TEST_P(InterleaveFormats, KernelsAgreeWithTheReferenceOnArbitraryQuants) {
   std::vector<std::uint8_t> interleaved = gguf;
   const WeightView x8 = relayout(make_weight_view(t, interleaved.data(), rows, cols), interleaved.data(), WeightLayout::interleaved8);
   SeededRng rng(3);
-  std::vector<float> x(3 * cols);
+  std::vector<float> x(8 * cols);
   for (auto& v : x) v = rng.gaussian();
-  for (std::size_t batch : {1U, 2U, 3U}) {  // GEMV and the two-stream batches
+  // GEMV and the two-stream batches: up to three rows for the K-quants, up to four pairs of rows
+  // for AVX-512 Q8_0 (an odd batch's last pair half empty).
+  for (std::size_t batch : {1U, 2U, 3U, 5U, 8U}) {
     std::vector<float> want(batch * rows);
     GemmContext(1, IsaLevel::scalar).gemm(make_weight_view(t, gguf.data(), rows, cols), x.data(), batch, want.data());
     for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
