@@ -58,6 +58,12 @@ const GemmKernel* amx_x8_gemm_kernel(GgmlType type, std::size_t batch);
 // ("avx512_x8_pairs"); below it the pairs' second permute per weight load costs more than
 // their saving (Q4_0 batch 2, Zen 4: 0.94x).
 inline constexpr std::size_t kPairMinBatch = 4;
+// Q4_0 batches from kSixteenMinBatch to kSixteenMaxBatch rows take two groups of eight rows side
+// by side instead ("avx512_x16"; kernels/gemm_x8_avx512.cpp has the figures). Batch 2 gained
+// 1.03x (not worth a third kernel there), batches 16-64 0.88-1.07x, where the pairs kernel
+// decodes a block once for up to sixteen activation rows.
+inline constexpr std::size_t kSixteenMinBatch = 3;
+inline constexpr std::size_t kSixteenMaxBatch = 15;
 const GemmKernel* avx512_x8_gemm_kernel(GgmlType type, std::size_t batch);
 const GemmKernel* avx2_x8_gemm_kernel(GgmlType type);
 const GemmKernel* scalar_x8_gemm_kernel(GgmlType type);

@@ -75,6 +75,46 @@ INFERCAST_INLINE __m256 fold_pairs(__m512 v) {
 // An offset added once per row: in the even lane of each pair only.
 INFERCAST_INLINE __m512i once_per_row(std::int32_t v) { return _mm512_maskz_set1_epi32(0x5555, v); }
 
+// The accumulators of a kernel's row groups. Zeroed by a loop GCC unrolls, and read back through
+// in_register: GCC otherwise kept a copy of them in memory (from a range-for's zeroing, or to
+// read a half of one for a store) and stored every accumulator again at each block.
+template <int Ng, int Na>
+INFERCAST_INLINE void zero_all(__m512 (&acc)[Ng][Na]) {
+  INFERCAST_UNROLL
+  for (int g = 0; g < Ng; ++g) {
+    INFERCAST_UNROLL
+    for (int a = 0; a < Na; ++a) acc[g][a] = _mm512_setzero_ps();
+  }
+}
+INFERCAST_INLINE __m512 in_register(__m512 v) {
+  asm("" : "+v"(v));
+  return v;
+}
+
+// --- The sixteen-row kernel's helpers (see "Sixteen rows" below) ------------------------------
+
+// acc += q . (the four quants at p, in every lane): the broadcast is vpdpbusd's own memory
+// operand ({1to16}), which GCC 12 does not fold from _mm512_set1_epi32 but issues apart.
+INFERCAST_INLINE __m512i dpbusd_broadcast4(__m512i acc, __m512i q, const std::int8_t* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(q), "m"(*reinterpret_cast<const std::int32_t*>(p)));
+  return acc;
+}
+
+// Step t of group a in lanes 0-7 and of group b in lanes 8-15, from a load of each holding steps
+// t (low half) and t+1 (high half); and step t+1 likewise.
+INFERCAST_INLINE __m512i first_steps(__m512i a, __m512i b) {
+  return _mm512_permutex2var_epi32(a, _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23), b);
+}
+INFERCAST_INLINE __m512i second_steps(__m512i a, __m512i b) {
+  return _mm512_permutex2var_epi32(a, _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31), b);
+}
+
+// The sixteen rows' fp16 scales: group a's eight, then b's.
+INFERCAST_INLINE __m512 row_scales16(const std::uint16_t* da, const std::uint16_t* db) {
+  return _mm512_cvtph_ps(_mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(db)),
+                                          _mm_loadu_si128(reinterpret_cast<const __m128i*>(da))));
+}
+
 // --- Activations ------------------------------------------------------------------------------
 
 // Q4_0 and Q8_0 take Q8_0 activations with the scale as a float and the block's offset ready:
@@ -191,9 +231,10 @@ INFERCAST_INLINE void multiply_block(const __m512i (&q)[4], const std::uint16_t*
 struct Q4_0x8 : Q8ActivationKernel {
   using X8 = BlockQ4_0x8;
   static constexpr int kOffset = 8;
-  // Batches of up to four rows (two pairs) on two streams (rows_pairs). Beyond, Q4_0 is bound
-  // by its decoding and arithmetic, not by DRAM: three and four pairs on two streams ran at
-  // 0.85-1.01x of one (batches 5-8, weights from DRAM, two threads, Zen 5).
+  // Batches of up to four rows (two pairs) on two streams in rows_pairs, which takes Q4_0 only
+  // beyond kSixteenMaxBatch while the sixteen-row kernel serves the small batches. Three and
+  // four pairs on two streams ran at 0.85-1.01x of one (batches 5-8, weights from DRAM, two
+  // threads, Zen 5): its second group's decoding left the pairs kernel short of registers.
   static constexpr int kTwoStreamPairs = 2;
 
   template <int Na>
@@ -219,6 +260,22 @@ struct Q4_0x8 : Q8ActivationKernel {
     for (int t = 0; t < 4; ++t) {
       q[t] = _mm512_and_si512(s[t], m4);                              // elements 4t..4t+3
       q[4 + t] = _mm512_and_si512(_mm512_srli_epi16(s[t], 4), m4);  // elements 16+4t..
+    }
+  }
+
+  // Steps of groups a and b side by side (see "Sixteen rows"): q[k] against activation quants
+  // 4k..4k+3, the low nibbles of step t in q[t] and the high ones in q[4 + t].
+  INFERCAST_INLINE static void sixteen(const X8& a, const X8& b, __m512i (&q)[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i a0 = _mm512_loadu_si512(a.qs[0]);
+    const __m512i b0 = _mm512_loadu_si512(b.qs[0]);
+    const __m512i a1 = _mm512_loadu_si512(a.qs[2]);
+    const __m512i b1 = _mm512_loadu_si512(b.qs[2]);
+    const __m512i s[4] = {first_steps(a0, b0), second_steps(a0, b0), first_steps(a1, b1), second_steps(a1, b1)};
+    INFERCAST_UNROLL
+    for (int t = 0; t < 4; ++t) {
+      q[t] = _mm512_and_si512(s[t], m4);
+      q[4 + t] = _mm512_and_si512(_mm512_srli_epi16(s[t], 4), m4);
     }
   }
 
@@ -572,15 +629,15 @@ void groups(const GemmCall& c, std::size_t r0, std::size_t stride, std::size_t b
   const typename K::Act* x[Na];
   for (int a = 0; a < Na; ++a) x[a] = reinterpret_cast<const typename K::Act*>(c.packed + (b0 + a) * K::act_row(c.cols));
   __m512 acc[Ng][Na];
-  for (auto& row : acc) {
-    for (auto& v : row) v = _mm512_setzero_ps();
-  }
+  zero_all(acc);
   for (std::size_t b = 0; b < c.cols / K::kElems; ++b) {
     INFERCAST_UNROLL
     for (int g = 0; g < Ng; ++g) K::template block<Na>(w[g][b], x, b, acc[g]);
   }
+  INFERCAST_UNROLL
   for (int g = 0; g < Ng; ++g) {
-    for (int a = 0; a < Na; ++a) _mm256_storeu_ps(c.y + (b0 + a) * c.ldy + r0 + g * stride, fold_pairs(acc[g][a]));
+    INFERCAST_UNROLL
+    for (int a = 0; a < Na; ++a) _mm256_storeu_ps(c.y + (b0 + a) * c.ldy + r0 + g * stride, fold_pairs(in_register(acc[g][a])));
   }
 }
 
@@ -632,17 +689,17 @@ void pair_groups(const GemmCall& c, std::size_t r0, std::size_t stride, std::siz
   const ActPairQ8_0* x[Np];
   for (int p = 0; p < Np; ++p) x[p] = reinterpret_cast<const ActPairQ8_0*>(c.packed + (p0 + p) * act_pair_row(c.cols));
   __m512 acc[Ng][Np];
-  for (auto& row : acc) {
-    for (auto& v : row) v = _mm512_setzero_ps();
-  }
+  zero_all(acc);
   for (std::size_t b = 0; b < c.cols / kQk; ++b) {
     INFERCAST_UNROLL
     for (int g = 0; g < Ng; ++g) pair_block<K, Ng, Np>(w[g][b], x, b, acc[g]);
   }
   const __m512i split = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  INFERCAST_UNROLL
   for (int g = 0; g < Ng; ++g) {
+    INFERCAST_UNROLL
     for (int p = 0; p < Np; ++p) {
-      const __m512 v = _mm512_permutexvar_ps(split, acc[g][p]);
+      const __m512 v = _mm512_permutexvar_ps(split, in_register(acc[g][p]));
       const std::size_t a = 2 * (p0 + p);
       float* y = c.y + a * c.ldy + r0 + g * stride;
       _mm256_storeu_ps(y, _mm512_castps512_ps256(v));
@@ -701,6 +758,101 @@ void rows_pairs(const GemmCall& c, std::size_t begin, std::size_t end, std::uint
   }
 }
 
+// --- Sixteen rows -----------------------------------------------------------------------------
+//
+// Q4_0's small batches (kSixteenMinBatch to kSixteenMaxBatch rows): two groups of eight rows
+// side by side, row r of the first group in lane r and of the second in lane 8 + r, one step
+// (four quants) of each. Every lane is one output against one activation row, so the row's four
+// activation quants of a step are a 32-bit broadcast that vpdpbusd reads from memory itself,
+// where the pairs kernel spends a separate 64-bit broadcast per step and activation pair (about
+// a third of its instructions). Each weight permute serves sixteen rows, not eight, and the two
+// groups come from the two halves of the thread's rows: two streams of DRAM requests, which
+// the pairs kernel could not afford from three pairs on (see Q4_0x8::kTwoStreamPairs).
+//
+// Weights from DRAM, two threads, Zen 5, against the kernels it replaced (medians of alternated
+// runs): batches 3, 4 and 12 1.03-1.43x at every shape; batch 8 1.17-1.19x on 4096-wide rows but
+// 0.92-1.01x on a 1B model's 2048-wide ones; in the engine (TinyLlama Q4_0) 1.06x at C=4 and
+// nothing measurable at C=8. Q8_0 gained nothing (0.95-1.07x at batches 4-16) and keeps its
+// pairs.
+
+// A block of two groups against Na activation rows: q[k] (K::sixteen) multiplies activation
+// quants 4k..4k+3, the offset goes into every lane, and the dots run as two chains for the
+// reason pair_block gives.
+template <class K, int Na>
+INFERCAST_INLINE void sixteen_block(const typename K::X8& wa, const typename K::X8& wb, const ActQ8_0* const (&x)[Na],
+                                    std::size_t b, __m512 (&acc)[Na]) {
+  prefetch_part<sizeof(typename K::X8), 1, kX8BatchAhead>(&wa, 0);
+  prefetch_part<sizeof(typename K::X8), 1, kX8BatchAhead>(&wb, 0);
+  __m512i q[8];
+  K::sixteen(wa, wb, q);
+  const __m512 dw = row_scales16(wa.d, wb.d);
+  INFERCAST_UNROLL
+  for (int a = 0; a < Na; ++a) {
+    const ActQ8_0& xa = x[a][b];
+    __m512i dot[2] = {_mm512_set1_epi32(xa.offset), _mm512_setzero_si512()};
+    INFERCAST_UNROLL
+    for (int k = 0; k < 8; ++k) dot[k % 2] = dpbusd_broadcast4(dot[k % 2], q[k], xa.qs + 4 * k);
+    acc[a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot[0], dot[1])), _mm512_mul_ps(dw, _mm512_set1_ps(xa.d)),
+                             acc[a]);
+  }
+}
+
+// Groups r0 and r0 + stride against activation rows b0..b0+Na-1.
+template <class K, int Na>
+void sixteen_groups(const GemmCall& c, std::size_t r0, std::size_t stride, std::size_t b0) {
+  using X8 = typename K::X8;
+  const auto* wa = reinterpret_cast<const X8*>(c.w + r0 * c.row_bytes);
+  const auto* wb = reinterpret_cast<const X8*>(c.w + (r0 + stride) * c.row_bytes);
+  const ActQ8_0* x[Na];
+  for (int a = 0; a < Na; ++a) x[a] = reinterpret_cast<const ActQ8_0*>(c.packed + (b0 + a) * act_q8_0_row(c.cols));
+  __m512 acc[1][Na];
+  zero_all(acc);
+  for (std::size_t b = 0; b < c.cols / kQk; ++b) sixteen_block<K, Na>(wa[b], wb[b], x, b, acc[0]);
+  INFERCAST_UNROLL
+  for (int a = 0; a < Na; ++a) {
+    const __m512 v = in_register(acc[0][a]);
+    float* y = c.y + (b0 + a) * c.ldy;
+    _mm256_storeu_ps(y + r0, _mm512_castps512_ps256(v));
+    _mm256_storeu_ps(y + r0 + stride, _mm512_extractf32x8_ps(v, 1));
+  }
+}
+
+// As rows_x8's batches, with the thread's groups taken two at a time from its two halves.
+template <class K>
+void rows_sixteen(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t*) {
+  constexpr std::size_t kNa = 8;
+  const std::size_t row = act_q8_0_row(c.cols);
+  const std::size_t full = std::min(end, c.rows / kR * kR);
+  const std::size_t groups_here = full > begin ? (full - begin) / kR : 0;
+  const std::size_t half = groups_here / 2 * kR;
+  prefetch_head(c.w + begin * c.row_bytes, half * c.row_bytes, kX8BatchAhead);
+  prefetch_head(c.w + (begin + half) * c.row_bytes, (full - begin - half) * c.row_bytes, kX8BatchAhead);
+  const std::size_t chunk = std::max(kNa, (std::size_t{256} << 10) / row / kNa * kNa);
+  for (std::size_t b0 = 0; b0 < c.batch; b0 += chunk) {
+    const std::size_t b1 = std::min(c.batch, b0 + chunk);
+    for (std::size_t r = begin; r < begin + half; r += kR) {
+      std::size_t b = b0;
+      for (; b + kNa <= b1; b += kNa) sixteen_groups<K, kNa>(c, r, half, b);
+      if (b < b1) with_count<kNa - 1>(b1 - b, [&](auto na) { sixteen_groups<K, decltype(na)::value>(c, r, half, b); });
+    }
+    // An odd last group beside itself: both halves of each vector compute its rows alike and
+    // store the same values, so an output does not depend on how the rows were split.
+    if (groups_here % 2 == 1) {
+      const std::size_t r = full - kR;
+      std::size_t b = b0;
+      for (; b + kNa <= b1; b += kNa) sixteen_groups<K, kNa>(c, r, 0, b);
+      if (b < b1) with_count<kNa - 1>(b1 - b, [&](auto na) { sixteen_groups<K, decltype(na)::value>(c, r, 0, b); });
+    }
+  }
+  for (std::size_t r = std::max(begin, full); r < end; ++r) {
+    for (std::size_t b = 0; b < c.batch; ++b) c.y[b * c.ldy + r] = K::tail(c, r, c.packed + b * row);
+  }
+}
+
+const std::array kSixteenKernels = {
+    GemmKernel{"avx512_x16", GgmlType::q4_0, packed_q8_0, pack_q8_0<Q4_0x8::kOffset>, 1, rows_sixteen<Q4_0x8>, kR, nullptr},
+};
+
 const std::array kPairKernels = {
     GemmKernel{"avx512_x8_pairs", GgmlType::q4_0, packed_pairs, pack_pairs<Q4_0x8::kOffset>, 2, rows_pairs<Q4_0x8>, kR, nullptr},
     GemmKernel{"avx512_x8_pairs", GgmlType::q8_0, packed_pairs, pack_pairs<Q8_0x8::kOffset>, 2, rows_pairs<Q8_0x8>, kR, nullptr},
@@ -717,6 +869,9 @@ const std::array kKernels = {
 }  // namespace
 
 const GemmKernel* avx512_x8_gemm_kernel(GgmlType type, std::size_t batch) {
+  const bool sixteen_rows = batch >= kSixteenMinBatch && batch <= kSixteenMaxBatch;
+  const GemmKernel* sixteen = sixteen_rows ? find_x8_kernel(kSixteenKernels, type) : nullptr;
+  if (sixteen != nullptr) return sixteen;
   const GemmKernel* pairs = batch >= kPairMinBatch ? find_x8_kernel(kPairKernels, type) : nullptr;
   return pairs != nullptr ? pairs : find_x8_kernel(kKernels, type);
 }

@@ -108,11 +108,12 @@ TEST_P(InterleaveFormats, KernelsAgreeWithTheReferenceOnArbitraryQuants) {
   std::vector<std::uint8_t> interleaved = gguf;
   const WeightView x8 = relayout(make_weight_view(t, interleaved.data(), rows, cols), interleaved.data(), WeightLayout::interleaved8);
   SeededRng rng(3);
-  std::vector<float> x(8 * cols);
+  std::vector<float> x(12 * cols);
   for (auto& v : x) v = rng.gaussian();
   // GEMV and the two-stream batches: up to three rows for the K-quants, up to four pairs of rows
-  // for AVX-512 Q8_0 (an odd batch's last pair half empty).
-  for (std::size_t batch : {1U, 2U, 3U, 5U, 8U}) {
+  // for AVX-512 Q8_0 (an odd batch's last pair half empty), and AVX-512 Q4_0's sixteen-row
+  // batches (12: a pass of eight activation rows and one of four).
+  for (std::size_t batch : {1U, 2U, 3U, 5U, 8U, 12U}) {
     std::vector<float> want(batch * rows);
     GemmContext(1, IsaLevel::scalar).gemm(make_weight_view(t, gguf.data(), rows, cols), x.data(), batch, want.data());
     for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
@@ -204,12 +205,18 @@ TEST(Interleave, EachLayoutGoesToItsOwnKernels) {
   }
   if (max_supported_level(host_cpu()) >= IsaLevel::avx512) {
     // VNNI has its own interleaved kernels for every interleaved format; CPUs without VNNI keep AVX2's.
-    // Q4_0 and Q8_0 batches take their activation rows in pairs.
+    // Q4_0 and Q8_0 batches take their activation rows in pairs, but Q4_0's small batches take
+    // sixteen weight rows at a time.
     const bool vnni = host_cpu().avx512_vnni;
     for (GgmlType t : interleaved_formats()) {
       const bool pairs = vnni && (t == GgmlType::q4_0 || t == GgmlType::q8_0);
-      for (std::size_t batch : {1U, 2U, 4U, 64U, 512U}) {
-        const std::string x8 = !vnni ? "avx2_x8" : pairs && batch >= kPairMinBatch ? "avx512_x8_pairs" : "avx512_x8";
+      const bool sixteen = vnni && t == GgmlType::q4_0;
+      for (std::size_t batch : {1U, 2U, 3U, 4U, 15U, 16U, 64U, 512U}) {
+        const bool small = batch >= kSixteenMinBatch && batch <= kSixteenMaxBatch;
+        const std::string x8 = !vnni                               ? "avx2_x8"
+                               : sixteen && small                  ? "avx512_x16"
+                               : pairs && batch >= kPairMinBatch   ? "avx512_x8_pairs"
+                                                                   : "avx512_x8";
         EXPECT_EQ(GemmContext(1, IsaLevel::avx512).kernel_name(t, batch, 4096, WeightLayout::interleaved8), x8) << format_info(t).name;
       }
     }
