@@ -770,10 +770,9 @@ void rows_pairs(const GemmCall& c, std::size_t begin, std::size_t end, std::uint
 // the pairs kernel could not afford from three pairs on (see Q4_0x8::kTwoStreamPairs).
 //
 // Weights from DRAM, two threads, Zen 5, against the kernels it replaced (medians of alternated
-// runs): batches 3, 4 and 12 1.03-1.43x at every shape; batch 8 1.17-1.19x on 4096-wide rows but
-// 0.92-1.01x on a 1B model's 2048-wide ones; in the engine (TinyLlama Q4_0) 1.06x at C=4 and
-// nothing measurable at C=8. Q8_0 gained nothing (0.95-1.07x at batches 4-16) and keeps its
-// pairs.
+// runs): batches 3, 4 and 12 1.03-1.43x in every run and shape; batch 8 0.89-1.19x over four
+// runs, no steady gain; in the engine (TinyLlama Q4_0) 1.06x at C=4 and nothing measurable at
+// C=8. Q8_0 gained nothing (0.95-1.07x at batches 4-16) and keeps its pairs.
 
 // A block of two groups against Na activation rows: q[k] (K::sixteen) multiplies activation
 // quants 4k..4k+3, the offset goes into every lane, and the dots run as two chains for the
