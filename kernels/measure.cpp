@@ -71,11 +71,7 @@ WeightSet make_weights(GgmlType type, Shape shape, std::size_t footprint, Weight
 
 }  // namespace
 
-std::size_t default_footprint() {
-  const Topology& topo = host_topology();
-  const std::uint64_t wanted = std::max<std::uint64_t>(4 * topo.last_level_cache_bytes(), kDramFloorBytes);
-  return static_cast<std::size_t>(std::min(wanted, std::max(kDramLeastBytes, topo.available_memory_bytes / 4)));
-}
+std::size_t default_footprint() { return static_cast<std::size_t>(dram_working_set(host_topology(), 4)); }
 
 namespace {
 

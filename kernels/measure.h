@@ -52,7 +52,7 @@ std::optional<double> compute_ceiling(const Ceilings& c, GgmlType type, std::str
 // Weight bytes a sweep point cycles through when none is given: 4x the last-level cache CPUID
 // reports, at least kDramFloorBytes (1 GiB, probes/bandwidth.h: a small model's weights, and
 // where caches stopped speeding GEMV up on the hosts measured), at most a quarter of the
-// available memory unless that is below kDramLeastBytes.
+// available memory unless that is below kDramLeastBytes (dram_working_set at 4x the cache).
 std::size_t default_footprint();
 // The same for a machine the probe has measured: twice the working set from which its load
 // latency, or its read bandwidth at any thread count (whichever is larger), sat on the DRAM

@@ -270,10 +270,12 @@ std::vector<BandwidthPoint> run_bandwidth_sweep(const BandwidthOptions& options,
   return SweepRunner(options, topo).run();
 }
 
-std::uint64_t dram_buffer_bytes(const Topology& topo) {
-  const std::uint64_t wanted = std::max(kDramFloorBytes, 2 * topo.last_level_cache_bytes());
+std::uint64_t dram_working_set(const Topology& topo, std::uint64_t cache_multiple) {
+  const std::uint64_t wanted = std::max(kDramFloorBytes, cache_multiple * topo.last_level_cache_bytes());
   return std::min(wanted, std::max(kDramLeastBytes, topo.available_memory_bytes / 4));
 }
+
+std::uint64_t dram_buffer_bytes(const Topology& topo) { return dram_working_set(topo, 2); }
 
 double measure_dram_read_gbs(unsigned threads, IsaLevel level, std::uint64_t bytes) {
   BandwidthOptions o;

@@ -64,10 +64,14 @@ inline constexpr std::uint64_t kDramFloorBytes = std::uint64_t{1} << 30;
 // Where memory is short, no buffer goes below this.
 inline constexpr std::uint64_t kDramLeastBytes = std::uint64_t{256} << 20;
 
-// A buffer no cache serves a useful part of: twice the whole last-level cache, at least
+// A working set counted as DRAM: `cache_multiple` times the whole last-level cache, at least
 // kDramFloorBytes, and no more than a quarter of the available memory unless that is below
-// kDramLeastBytes. Less misleads on a large L3: the 300 MiB L3 of one 16-core Xeon streamed a
-// 256 MiB buffer at 143 GB/s and a 512 MiB one at 96 (DRAM).
+// kDramLeastBytes.
+std::uint64_t dram_working_set(const Topology& topo, std::uint64_t cache_multiple);
+
+// A buffer no cache serves a useful part of: dram_working_set at twice the last-level cache.
+// Less misleads on a large L3: the 300 MiB L3 of one 16-core Xeon streamed a 256 MiB buffer at
+// 143 GB/s and a 512 MiB one at 96 (DRAM).
 std::uint64_t dram_buffer_bytes(const Topology& topo);
 
 // The probe's read kernel on `bytes` (0: dram_buffer_bytes of this host) at `threads` threads:

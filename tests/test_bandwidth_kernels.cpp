@@ -149,3 +149,16 @@ TEST(BandwidthSweep, TheDramReadBufferIsTwiceTheLastLevelCache) {
   t.available_memory_bytes = 512 * mib;
   EXPECT_EQ(dram_buffer_bytes(t), 256 * mib);  // never below the least
 }
+
+TEST(BandwidthSweep, ADramWorkingSetScalesWithTheCacheBetweenItsBounds) {
+  Topology t;
+  t.available_memory_bytes = std::uint64_t{64} << 30;
+  const std::uint64_t mib = std::uint64_t{1} << 20;
+  t.caches.push_back(CacheLevel{3, "unified", 300 * mib, 64, 1, 16, 16});
+  EXPECT_EQ(dram_working_set(t, 2), 1024 * mib);  // the floor
+  EXPECT_EQ(dram_working_set(t, 4), 1200 * mib);
+  EXPECT_EQ(dram_working_set(t, 8), 2400 * mib);
+  t.available_memory_bytes = std::uint64_t{4} << 30;
+  EXPECT_EQ(dram_working_set(t, 8), 1024 * mib);  // a quarter of what is free
+  EXPECT_EQ(dram_buffer_bytes(t), dram_working_set(t, 2));
+}

@@ -592,6 +592,7 @@ TEST(KernelSweep, FootprintFollowsTheProfilesDramPlateau) {
   const std::size_t host = default_footprint();
   const std::uint64_t quarter = host_topology().available_memory_bytes / 4;
   EXPECT_GE(host, std::min<std::uint64_t>(kDramFloorBytes, std::max<std::uint64_t>(kDramLeastBytes, quarter)));
+  EXPECT_EQ(host, dram_working_set(host_topology(), 4));
   EXPECT_EQ(footprint_from_profile(profile(1e15)), host);
 }
 
