@@ -816,33 +816,21 @@ void sixteen_groups(const GemmCall& c, std::size_t r0, std::size_t stride, std::
   }
 }
 
-// As rows_x8's batches, with the thread's groups taken two at a time from its two halves.
+// The thread's groups two at a time from its two halves (in_two_streams), each pair against
+// every activation row in passes of eight. An odd last group goes beside itself: both halves of
+// each vector compute its rows alike and store the same values, so an output does not depend on
+// how the rows were split. At most fifteen activation rows stay in L2 without chunking.
 template <class K>
 void rows_sixteen(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t*) {
   constexpr std::size_t kNa = 8;
-  const std::size_t row = act_q8_0_row(c.cols);
+  const auto all_rows = [&](std::size_t r, std::size_t stride) {
+    std::size_t b = 0;
+    for (; b + kNa <= c.batch; b += kNa) sixteen_groups<K, kNa>(c, r, stride, b);
+    if (b < c.batch) with_count<kNa - 1>(c.batch - b, [&](auto na) { sixteen_groups<K, decltype(na)::value>(c, r, stride, b); });
+  };
   const std::size_t full = std::min(end, c.rows / kR * kR);
-  const std::size_t groups_here = full > begin ? (full - begin) / kR : 0;
-  const std::size_t half = groups_here / 2 * kR;
-  prefetch_head(c.w + begin * c.row_bytes, half * c.row_bytes, kX8BatchAhead);
-  prefetch_head(c.w + (begin + half) * c.row_bytes, (full - begin - half) * c.row_bytes, kX8BatchAhead);
-  const std::size_t chunk = std::max(kNa, (std::size_t{256} << 10) / row / kNa * kNa);
-  for (std::size_t b0 = 0; b0 < c.batch; b0 += chunk) {
-    const std::size_t b1 = std::min(c.batch, b0 + chunk);
-    for (std::size_t r = begin; r < begin + half; r += kR) {
-      std::size_t b = b0;
-      for (; b + kNa <= b1; b += kNa) sixteen_groups<K, kNa>(c, r, half, b);
-      if (b < b1) with_count<kNa - 1>(b1 - b, [&](auto na) { sixteen_groups<K, decltype(na)::value>(c, r, half, b); });
-    }
-    // An odd last group beside itself: both halves of each vector compute its rows alike and
-    // store the same values, so an output does not depend on how the rows were split.
-    if (groups_here % 2 == 1) {
-      const std::size_t r = full - kR;
-      std::size_t b = b0;
-      for (; b + kNa <= b1; b += kNa) sixteen_groups<K, kNa>(c, r, 0, b);
-      if (b < b1) with_count<kNa - 1>(b1 - b, [&](auto na) { sixteen_groups<K, decltype(na)::value>(c, r, 0, b); });
-    }
-  }
+  in_two_streams(c, begin, full, kX8BatchAhead, all_rows, [&](std::size_t r) { all_rows(r, 0); });
+  const std::size_t row = act_q8_0_row(c.cols);
   for (std::size_t r = std::max(begin, full); r < end; ++r) {
     for (std::size_t b = 0; b < c.batch; ++b) c.y[b * c.ldy + r] = K::tail(c, r, c.packed + b * row);
   }
