@@ -15,14 +15,22 @@
 namespace infercast {
 namespace {
 
-std::string temp_template(const std::string& path) {
-  const std::filesystem::path p(path);
-  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
-  return (dir / ("." + p.filename().string() + ".tmp.XXXXXX")).string();
-}
-
 [[noreturn]] void fail(const std::string& path, const char* what) {
   throw UsageError("cannot write '" + path + "': " + what);
+}
+
+// A new, empty file beside `path` (same directory, so the rename stays on one file system),
+// open for writing; its name is in `name`.
+int open_temporary(const std::string& path, std::vector<char>& name) {
+  if (std::filesystem::is_directory(path)) fail(path, "it is a directory");
+  const std::filesystem::path p(path);
+  const std::filesystem::path dir = p.has_parent_path() ? p.parent_path() : ".";
+  const std::string tmpl = (dir / ("." + p.filename().string() + ".tmp.XXXXXX")).string();
+  name.assign(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  const int fd = mkstemp(name.data());
+  if (fd < 0) fail(path, std::strerror(errno));
+  return fd;
 }
 
 }  // namespace
@@ -32,12 +40,8 @@ void write_file_atomically(const std::string& path, const std::string& contents)
 }
 
 void write_file_atomically(const std::string& path, const std::function<void(const ByteSink&)>& produce) {
-  if (std::filesystem::is_directory(path)) fail(path, "it is a directory");
-  std::string tmpl = temp_template(path);
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  const int fd = mkstemp(name.data());
-  if (fd < 0) fail(path, std::strerror(errno));
+  std::vector<char> name;
+  const int fd = open_temporary(path, name);
   const ByteSink sink = [&](const void* data, std::size_t bytes) {
     const auto* p = static_cast<const char*>(data);
     std::size_t written = 0;
@@ -72,13 +76,8 @@ void write_file_atomically(const std::string& path, const std::function<void(con
 
 void check_writable(const std::string& path) {
   if (path.empty()) throw UsageError("output path is empty");
-  if (std::filesystem::is_directory(path)) fail(path, "it is a directory");
-  std::string tmpl = temp_template(path);
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  const int fd = mkstemp(name.data());
-  if (fd < 0) fail(path, std::strerror(errno));
-  close(fd);
+  std::vector<char> name;
+  close(open_temporary(path, name));
   unlink(name.data());
 }
 
