@@ -88,6 +88,10 @@ class GuidedRows {
 
 }  // namespace
 
+bool guided_rows_pay(std::size_t weight_bytes, std::size_t batch, unsigned threads) {
+  return threads > 1 && (batch > 1 || weight_bytes / threads >= kGuidedLeastShare);
+}
+
 // One product as the threads run it: packed_at is its activations' offset in packed_, shared
 // by the products whose kernels pack alike; packers are the entries that do the packing.
 struct GemmContext::Plan {
@@ -261,15 +265,13 @@ void GemmContext::run_products(std::span<const Product> products) {
       }
       pool_.barrier();
     }
-    if (!guided) {
-      for (const Plan::Product& p : plan.products) {
-        const RowRange r = split_rows(p.call.rows, p.kernel->row_step, member, members);
-        if (r.begin < r.end) p.kernel->rows(p.call, r.begin, r.end, scratch_[member].data());
-      }
-      return;
-    }
     for (std::size_t i = 0; i < plan.products.size(); ++i) {
       const Plan::Product& p = plan.products[i];
+      if (!guided || !guided_rows_pay(p.call.rows * p.call.row_bytes, p.call.batch, members)) {
+        const RowRange r = split_rows(p.call.rows, p.kernel->row_step, member, members);
+        if (r.begin < r.end) p.kernel->rows(p.call, r.begin, r.end, scratch_[member].data());
+        continue;
+      }
       const GuidedRows chunks{p.call.rows, p.kernel->row_step, p.call.row_bytes, members};
       std::size_t begin = plan.next[i].load(std::memory_order_relaxed);
       while (begin < p.call.rows) {

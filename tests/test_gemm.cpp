@@ -302,6 +302,46 @@ TEST(GemmSchedule, GuidedRowsEqualTheFixedSplitBitForBit) {
   }
 }
 
+TEST(GemmSchedule, OnlyProductsWorthBalancingTakeGuidedRuns) {
+  // A GEMV's runs restart its streams: with less than kGuidedLeastShare a thread, it is split fixed.
+  EXPECT_FALSE(guided_rows_pay(2 * kGuidedLeastShare - 1, 1, 2));
+  EXPECT_TRUE(guided_rows_pay(2 * kGuidedLeastShare, 1, 2));
+  EXPECT_FALSE(guided_rows_pay(2 * kGuidedLeastShare, 1, 3));
+  // A batch's runs are long pieces of work: always balanced.
+  EXPECT_TRUE(guided_rows_pay(1024, 2, 2));
+  EXPECT_TRUE(guided_rows_pay(1024, 64, 16));
+  // One thread has nothing to balance.
+  EXPECT_FALSE(guided_rows_pay(std::size_t{1} << 30, 64, 1));
+}
+
+// The small matrices above are split fixed at batch 1: the guided runs of a GEMV need a product
+// of kGuidedLeastShare a thread.
+TEST(GemmSchedule, GuidedGemvRowsEqualTheFixedSplitBitForBit) {
+  const std::size_t cols = 1024;
+  for (GgmlType type : {GgmlType::f32, GgmlType::q8_0}) {
+    const auto& f = format_info(type);
+    for (unsigned threads : {2U, 3U}) {
+      const std::size_t rows = threads * kGuidedLeastShare / f.row_bytes(cols) + 13;
+      ASSERT_TRUE(guided_rows_pay(rows * f.row_bytes(cols), 1, threads));
+      const std::vector<float> w = testing::gaussian(rows * cols, 91, 0.02F);
+      const std::vector<float> x = testing::gaussian(cols, 6);
+      for (IsaLevel level : supported_levels()) {
+        GemmContext ctx(threads, level);
+        std::vector<std::uint8_t> data(f.row_bytes(cols) * rows);
+        for (std::size_t r = 0; r < rows; ++r) f.quantize(w.data() + r * cols, data.data() + r * f.row_bytes(cols), cols);
+        const WeightView v = relayout(make_weight_view(type, data.data(), rows, cols), data.data(), ctx.preferred_layout(type));
+        std::vector<float> guided(rows, NAN), fixed(rows, NAN);
+        ctx.gemm(v, x.data(), 1, guided.data());
+        ctx.set_row_schedule(GemmContext::RowSchedule::fixed);
+        ctx.gemm(v, x.data(), 1, fixed.data());
+        EXPECT_TRUE(std::none_of(guided.begin(), guided.end(), [](float y) { return std::isnan(y); }))
+            << f.name << " level " << to_string(level) << ": a row was left out";
+        EXPECT_EQ(guided, fixed) << f.name << " level " << to_string(level) << " threads " << threads;
+      }
+    }
+  }
+}
+
 // One small Gaussian matrix per format, quantized (matrix i drawn from seed + i).
 std::vector<std::vector<std::uint8_t>> quantized_matrices(const std::vector<GgmlType>& types, const std::vector<std::size_t>& rows,
                                                           std::size_t cols, std::uint64_t seed) {
