@@ -325,10 +325,11 @@ TEST(GemmSchedule, GuidedGemvRowsEqualTheFixedSplitBitForBit) {
       ASSERT_TRUE(guided_rows_pay(rows * f.row_bytes(cols), 1, threads));
       const std::vector<float> w = testing::gaussian(rows * cols, 91, 0.02F);
       const std::vector<float> x = testing::gaussian(cols, 6);
+      std::vector<std::uint8_t> gguf(f.row_bytes(cols) * rows);
+      for (std::size_t r = 0; r < rows; ++r) f.quantize(w.data() + r * cols, gguf.data() + r * f.row_bytes(cols), cols);
       for (IsaLevel level : supported_levels()) {
         GemmContext ctx(threads, level);
-        std::vector<std::uint8_t> data(f.row_bytes(cols) * rows);
-        for (std::size_t r = 0; r < rows; ++r) f.quantize(w.data() + r * cols, data.data() + r * f.row_bytes(cols), cols);
+        std::vector<std::uint8_t> data = gguf;  // relayout rewrites it in place
         const WeightView v = relayout(make_weight_view(type, data.data(), rows, cols), data.data(), ctx.preferred_layout(type));
         std::vector<float> guided(rows, NAN), fixed(rows, NAN);
         ctx.gemm(v, x.data(), 1, guided.data());
