@@ -3,6 +3,7 @@
 // larger than the last-level cache for every library alike. Used by scripts/compare-peers.
 //
 //   infercast_peer_gemm [--threads N] [--shape 4096x4096] [--batches 1,8,64] [--footprint-mib 1024]
+#include <CLI/CLI.hpp>
 #include <cblas.h>
 #include <fmt/format.h>
 
@@ -36,28 +37,32 @@ struct Args {
   std::size_t footprint = infercast::kDramFloorBytes;  // as the kernel sweep's least footprint
 };
 
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    const std::string v = argv[i + 1];
-    if (k == "--threads") a.threads = static_cast<unsigned>(std::stoul(v));
-    if (k == "--shape") {
-      const infercast::Shape s = infercast::parse_shape(v);
-      a.rows = s.rows;
-      a.cols = s.cols;
-    }
-    if (k == "--batches") {
-      a.batches.clear();
-      for (std::size_t p = 0; p < v.size();) {
-        const std::size_t e = v.find(',', p);
-        a.batches.push_back(std::stoul(v.substr(p, e - p)));
-        p = e == std::string::npos ? v.size() : e + 1;
-      }
-    }
-    if (k == "--footprint-mib") a.footprint = std::stoul(v) << 20;
+// Unknown options, a missing value or a bad number are a one-line usage error, status 2; --help
+// prints the options.
+std::optional<int> parse(int argc, char** argv, Args& a) {
+  CLI::App app{"The kernels beside oneDNN's matmul and OpenBLAS's sgemm, same shape, threads and run"};
+  std::string shape = "4096x4096";
+  std::size_t footprint_mib = a.footprint >> 20;
+  app.add_option("--threads", a.threads)->check(CLI::Range(1U, infercast::host_topology().cores));
+  app.add_option("--shape", shape, "ROWSxCOLS")->capture_default_str();
+  app.add_option("--batches", a.batches)->delimiter(',')->check(CLI::Range(std::size_t{1}, std::size_t{4096}));
+  app.add_option("--footprint-mib", footprint_mib)->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+  try {
+    app.parse(argc, argv);
+    const infercast::Shape s = infercast::parse_shape(shape);
+    a.rows = s.rows;
+    a.cols = s.cols;
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "infercast_peer_gemm: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {  // parse_shape's UsageError
+    fmt::print(stderr, "infercast_peer_gemm: {}\n", e.what());
+    return 2;
   }
-  return a;
+  a.footprint = footprint_mib << 20;
+  return std::nullopt;
 }
 
 // Median seconds per product: passes over every copy, the first discarded.
@@ -205,12 +210,7 @@ double openblas(const Args& a, std::size_t batch) {
 
 int main(int argc, char** argv) {
   Args a;
-  try {
-    a = parse(argc, argv);
-  } catch (const std::exception& e) {  // UsageError, or std::stoul on a non-number
-    fmt::print(stderr, "infercast_peer_gemm: {}\n", e.what());
-    return 2;
-  }
+  if (const std::optional<int> status = parse(argc, argv, a)) return *status;
   // Same threads, pinned one per core, for every library.
   setenv("OMP_NUM_THREADS", std::to_string(a.threads).c_str(), 1);
   setenv("OMP_PROC_BIND", "close", 0);
