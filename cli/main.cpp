@@ -19,6 +19,7 @@ constexpr int kExitFailure = 1;
 
 int main(int argc, char** argv) {
   CLI::App app{"infercast: can this machine serve a large language model, and how fast?"};
+  app.set_version_flag("--version", "infercast " INFERCAST_VERSION);
   app.require_subcommand(1);
   int exit_status = 0;
   infercast::cli::add_probe_command(app, exit_status);

@@ -6,6 +6,7 @@
 
 #include "model/catalog.h"
 #include "model/json_input.h"
+#include "probes/cpu_features.h"
 #include "probes/error.h"
 #include "probes/units.h"
 
@@ -137,7 +138,8 @@ Hardware parse_profile(const nlohmann::json& profile, const std::string& origin)
   h.base_ghz = number_or(s, "core_ghz", 0);
   std::string brand = "this machine";
   if (profile.contains("cpu") && profile.at("cpu").is_object()) {
-    brand = profile.at("cpu").value("brand", brand);
+    // Profiles from before the probe tidied the name keep CPUID's padding.
+    brand = tidy_cpu_name(profile.at("cpu").value("brand", brand));
     const std::string isa = profile.at("cpu").value("max_isa_level", "");
     h.amx = isa == "amx";
     h.avx512 = h.amx || isa == "avx512";

@@ -45,9 +45,7 @@ std::string read_brand() {
     std::memcpy(text.data() + 16 * i + 8, &ecx, 4);
     std::memcpy(text.data() + 16 * i + 12, &edx, 4);
   }
-  std::string brand = text.data();
-  const auto first = brand.find_first_not_of(' ');
-  return first == std::string::npos ? std::string{} : brand.substr(first);
+  return tidy_cpu_name(text.data());
 }
 
 CpuidWords read_cpuid_words() {
@@ -140,6 +138,15 @@ CpuFeatures decode_features(const CpuidWords& w) {
                                         : "the CPU has no AMX";
   }
   return f;
+}
+
+std::string tidy_cpu_name(std::string_view brand) {
+  std::string name;
+  for (const char c : brand) {
+    if (c != ' ' || (!name.empty() && name.back() != ' ')) name += c;
+  }
+  if (!name.empty() && name.back() == ' ') name.pop_back();
+  return name;
 }
 
 std::vector<std::string> CpuFeatures::usable_names() const {

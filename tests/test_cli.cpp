@@ -53,6 +53,14 @@ void expect_usage_error(const std::string& args, const std::string& needle) {
 }
 }  // namespace
 
+TEST(Cli, VersionNeedsNoSubcommand) {
+  const Result r = run("--version");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("infercast ", 0), 0U) << r.out;
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  EXPECT_EQ(run("").status, 2);  // without --version a subcommand is still required
+}
+
 TEST(Cli, BadOptionsExitWithStatusTwo) {
   expect_usage_error("probe --threads 0 --out ''", "--threads");
   expect_usage_error("probe --threads 100000 --out ''", "--threads");

@@ -81,6 +81,14 @@ TEST(CpuFeatures, RequestIsCappedAtWhatTheMachineSupports) {
   EXPECT_EQ(choose_level(decode_features(w), IsaLevel::avx512), IsaLevel::avx2);
 }
 
+TEST(CpuFeatures, BrandStringsLoseTheirPadding) {
+  EXPECT_EQ(tidy_cpu_name("AMD EPYC 9B45 128-Core Processor                "), "AMD EPYC 9B45 128-Core Processor");
+  EXPECT_EQ(tidy_cpu_name("       Intel(R) Xeon(R) CPU           E5-2680 0 @ 2.70GHz"), "Intel(R) Xeon(R) CPU E5-2680 0 @ 2.70GHz");
+  EXPECT_EQ(tidy_cpu_name("    "), "");
+  EXPECT_EQ(tidy_cpu_name(""), "");
+  EXPECT_EQ(tidy_cpu_name(host_cpu().brand), host_cpu().brand);
+}
+
 TEST(CpuFeatures, ParsesLevelNames) {
   EXPECT_EQ(parse_isa_level("avx512"), IsaLevel::avx512);
   EXPECT_EQ(parse_isa_level("scalar"), IsaLevel::scalar);

@@ -178,6 +178,9 @@ TEST(Hardware, CatalogParsesAndBadDescriptionsAreUsageErrors) {
   j["name"] = nlohmann::json::array();  // wrong type
   EXPECT_THROW(hardware_from_json(j, "mine"), UsageError);
   EXPECT_THROW(hardware_from_profile(nlohmann::json::parse(R"({"summary": {"dram_read_gbs": "fast"}})"), "p.json"), UsageError);
+  // A profile written before the probe tidied the CPU's name still prints it without padding.
+  const auto padded = nlohmann::json::parse(R"({"summary": {"dram_read_gbs": 40}, "cpu": {"brand": "AMD EPYC   9B45   "}, "topology": {"cores": 2, "total_memory_bytes": 1e9}})");
+  EXPECT_EQ(hardware_from_profile(padded, "p.json").display, "this machine (AMD EPYC 9B45)");
   // Published runs: an array of whole, positive counts and a positive rate.
   j["name"] = "mine";
   const auto run = nlohmann::json::parse(R"({"model": "llama-2-7b", "quant": "F16", "devices": 1, "batch": 1, "prompt": 1, "gen": 128, "output_tps": 100})");
