@@ -176,7 +176,7 @@ void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
   for (auto& row : acc) {
     for (auto& v : row) v = _mm256_setzero_ps();
   }
-  const StreamPrefetch<Nr, Na == 1> ahead(c, r);
+  const StreamPrefetch<Nr> ahead(c, r);
   for (std::size_t b = 0; b < c.cols / kQk; ++b) {
     ahead.fetch(b * sizeof(Block), sizeof(Block));
     INFERCAST_UNROLL
@@ -220,7 +220,7 @@ void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
       mins_acc[i][a] = _mm_setzero_ps();
     }
   }
-  const StreamPrefetch<Nr, Na == 1> ahead(c, r);
+  const StreamPrefetch<Nr> ahead(c, r);
   for (std::size_t s = 0; s < c.cols / kQkK; ++s) {
     ahead.fetch(s * sizeof(Block), sizeof(Block));
     INFERCAST_UNROLL
@@ -283,7 +283,7 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
   for (auto& row : acc) {
     for (auto& v : row) v = _mm256_setzero_ps();
   }
-  const StreamPrefetch<Nr, Na == 1> ahead(c, r);
+  const StreamPrefetch<Nr> ahead(c, r);
   for (std::size_t s = 0; s < c.cols / kQkK; ++s) {
     ahead.fetch(s * sizeof(BlockQ6_K), sizeof(BlockQ6_K));
     INFERCAST_UNROLL
@@ -359,7 +359,7 @@ void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
   for (auto& row : acc) {
     for (auto& v : row) v = _mm256_setzero_ps();
   }
-  const StreamPrefetch<Nr, Na == 1> ahead(c, r);
+  const StreamPrefetch<Nr> ahead(c, r);
   constexpr std::size_t kElementBytes = W == GgmlType::f32 ? 4 : 2;
   std::size_t k = 0;
   for (; k + 8 <= c.cols; k += 8) {

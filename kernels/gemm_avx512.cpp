@@ -278,7 +278,7 @@ void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
   INFERCAST_UNROLL
   for (int a = 0; a < Na; ++a) act[a] = c.packed + (b0 + a) * row_stride;
   zero<Nr, Na>(acc);
-  const StreamPrefetch<Nr, Na == 1> ahead(c, r);
+  const StreamPrefetch<Nr> ahead(c, r);
   for (std::size_t g = 0; g < full; ++g) {
     ahead.fetch(g * kGroupWeightBytes, kGroupWeightBytes);
     q8_0_group<W, Vnni, Nr, Na>(rows, act, acc);
@@ -443,7 +443,7 @@ void row_k4_x4(const GemmCall& c, std::size_t r) {
   for (int i = 0; i < 4; ++i) rows[i] = reinterpret_cast<const Block*>(c.w + (r + i) * c.row_bytes);
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   __m512 mins_acc = _mm512_setzero_ps();
-  const StreamPrefetch<4, true> ahead(c, r);  // a GEMV driver only
+  const StreamPrefetch<4> ahead(c, r);
   const std::uint8_t* px = c.packed;
   for (std::size_t s = 0; s < nb; ++s, px += kSuperBytes) {
     const std::uint8_t* const blocks[4] = {reinterpret_cast<const std::uint8_t*>(&rows[0][s]),
@@ -524,7 +524,7 @@ void row_k4(const GemmCall& c, std::size_t r, std::size_t b0) {
       mins_acc[i][a] = _mm_setzero_ps();
     }
   }
-  const StreamPrefetch<Nr, Na == 1> ahead(c, r);
+  const StreamPrefetch<Nr> ahead(c, r);
   for (std::size_t s = 0; s < nb; ++s) {
     ahead.fetch(s * sizeof(Block), sizeof(Block));
     INFERCAST_UNROLL
@@ -596,7 +596,7 @@ void row_q6_k(const GemmCall& c, std::size_t r, std::size_t b0) {
   INFERCAST_UNROLL
   for (int a = 0; a < Na; ++a) act[a] = c.packed + (b0 + a) * row_stride;
   zero<Nr, Na>(acc);
-  const StreamPrefetch<Nr, Na == 1> ahead(c, r);
+  const StreamPrefetch<Nr> ahead(c, r);
   for (std::size_t s = 0; s < nb; ++s) {
     ahead.fetch(s * sizeof(BlockQ6_K), sizeof(BlockQ6_K));
     INFERCAST_UNROLL
@@ -683,7 +683,7 @@ void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
   for (int i = 0; i < Nr; ++i) rows[i] = c.w + (r + i) * c.row_bytes;
   Accumulators<Nr, Na> acc;
   zero<Nr, Na>(acc);
-  const StreamPrefetch<Nr, Na == 1> ahead(c, r);
+  const StreamPrefetch<Nr> ahead(c, r);
   constexpr std::size_t kElementBytes = W == GgmlType::f32 ? 4 : 2;
   // Whole 32-column steps with every lane on (one prefetch line per row each), then the rest
   // masked.
@@ -775,7 +775,7 @@ void row_bf16_dot(const GemmCall& c, std::size_t r, std::size_t b0) {
   if constexpr (kSplitBf16Sums<Low, Na>) zero<Nr, Na>(lo_acc);
   // Every row is its own stream, prefetched ahead as the other row kernels' are; whole steps
   // unmasked, the rest masked.
-  const StreamPrefetch<Nr, Na == 1> ahead(c, r);
+  const StreamPrefetch<Nr> ahead(c, r);
   std::size_t k = 0;
   for (; k + 32 <= c.cols; k += 32) {
     ahead.fetch(k * 2, 64);

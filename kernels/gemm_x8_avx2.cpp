@@ -108,7 +108,7 @@ struct Q4_0x8 : Q8ActivationKernel {
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b,
                                      __m256 (&acc)[Na]) {
-    prefetch_part<sizeof(X8), 1, kX8Stream<Na>>(&w, 0);
+    prefetch_part<sizeof(X8), 1, kX8Ahead<Na>>(&w, 0);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d)));
@@ -160,7 +160,7 @@ struct Q8_0x8 : Q8ActivationKernel {
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b,
                                      __m256 (&acc)[Na]) {
-    prefetch_part<sizeof(X8), 1, kX8Stream<Na>>(&w, 0);
+    prefetch_part<sizeof(X8), 1, kX8Ahead<Na>>(&w, 0);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i dot[Na];
     for (auto& v : dot) v = _mm256_setzero_si256();
@@ -286,21 +286,21 @@ struct K4x8 {
     decode_k4x8_scales(w.scales, sc, mn);
     __m256i isum[Na];
     for (auto& v : isum) v = _mm256_setzero_si256();
-    prefetch_part<sizeof(X8), 8, kX8Stream<Na>>(&w, 0);
+    prefetch_part<sizeof(X8), 8, kX8Ahead<Na>>(&w, 0);
     sub_block<0, 0, Na>(w, x, s, sc, isum);
-    prefetch_part<sizeof(X8), 8, kX8Stream<Na>>(&w, 1);
+    prefetch_part<sizeof(X8), 8, kX8Ahead<Na>>(&w, 1);
     sub_block<0, 1, Na>(w, x, s, sc, isum);
-    prefetch_part<sizeof(X8), 8, kX8Stream<Na>>(&w, 2);
+    prefetch_part<sizeof(X8), 8, kX8Ahead<Na>>(&w, 2);
     sub_block<1, 0, Na>(w, x, s, sc, isum);
-    prefetch_part<sizeof(X8), 8, kX8Stream<Na>>(&w, 3);
+    prefetch_part<sizeof(X8), 8, kX8Ahead<Na>>(&w, 3);
     sub_block<1, 1, Na>(w, x, s, sc, isum);
-    prefetch_part<sizeof(X8), 8, kX8Stream<Na>>(&w, 4);
+    prefetch_part<sizeof(X8), 8, kX8Ahead<Na>>(&w, 4);
     sub_block<2, 0, Na>(w, x, s, sc, isum);
-    prefetch_part<sizeof(X8), 8, kX8Stream<Na>>(&w, 5);
+    prefetch_part<sizeof(X8), 8, kX8Ahead<Na>>(&w, 5);
     sub_block<2, 1, Na>(w, x, s, sc, isum);
-    prefetch_part<sizeof(X8), 8, kX8Stream<Na>>(&w, 6);
+    prefetch_part<sizeof(X8), 8, kX8Ahead<Na>>(&w, 6);
     sub_block<3, 0, Na>(w, x, s, sc, isum);
-    prefetch_part<sizeof(X8), 8, kX8Stream<Na>>(&w, 7);
+    prefetch_part<sizeof(X8), 8, kX8Ahead<Na>>(&w, 7);
     sub_block<3, 1, Na>(w, x, s, sc, isum);
     // Mins: sum over sub-blocks of min x (sum of the sub-block's activations), two sub-blocks
     // per vpmaddwd: rows' (min 2j, min 2j+1) against (sum 2j, sum 2j+1).
@@ -408,7 +408,7 @@ struct Q6_Kx8 {
     __m256i isum[Na];
     for (auto& v : isum) v = _mm256_setzero_si256();
     for (int u = 0; u < 8; ++u) {
-      prefetch_part<sizeof(X8), 8, kX8Stream<Na>>(&w, u);
+      prefetch_part<sizeof(X8), 8, kX8Ahead<Na>>(&w, u);
       sub_block<0, Na>(w, u, x, s, offsets, isum);
       sub_block<1, Na>(w, u, x, s, offsets, isum);
     }

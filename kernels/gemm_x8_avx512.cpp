@@ -239,7 +239,7 @@ struct Q4_0x8 : Q8ActivationKernel {
 
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b, __m512 (&acc)[Na]) {
-    prefetch_part<sizeof(X8), 1, kX8Stream<Na>>(&w, 0);
+    prefetch_part<sizeof(X8), 1, kX8Ahead<Na>>(&w, 0);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i v0 = load_pair(w.qs[0]);  // elements 0-3 | 4-7 (low nibbles), 16-23 (high)
     const __m512i v1 = load_pair(w.qs[2]);  // elements 8-15 (low), 24-31 (high)
@@ -251,7 +251,7 @@ struct Q4_0x8 : Q8ActivationKernel {
 
   // Element group k (elements 4k..4k+3) of each row in both lanes of its pair, in q[k].
   INFERCAST_INLINE static void duplicated(const X8& w, __m512i (&q)[8]) {
-    prefetch_part<sizeof(X8), 1, kX8Batch>(&w, 0);
+    prefetch_part<sizeof(X8), 1, kX8BatchAhead>(&w, 0);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i v0 = _mm512_loadu_si512(w.qs[0]);  // steps 0, 1
     const __m512i v1 = _mm512_loadu_si512(w.qs[2]);  // steps 2, 3
@@ -308,7 +308,7 @@ struct Q8_0x8 : Q8ActivationKernel {
 
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b, __m512 (&acc)[Na]) {
-    prefetch_part<sizeof(X8), 1, kX8Stream<Na>>(&w, 0);
+    prefetch_part<sizeof(X8), 1, kX8Ahead<Na>>(&w, 0);
     // vpdpbusd wants one unsigned side: q + 128, with -128 x sum in the activation's offset.
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     __m512i q[4];
@@ -318,7 +318,7 @@ struct Q8_0x8 : Q8ActivationKernel {
   }
 
   INFERCAST_INLINE static void duplicated(const X8& w, __m512i (&q)[8]) {
-    prefetch_part<sizeof(X8), 1, kX8Batch>(&w, 0);
+    prefetch_part<sizeof(X8), 1, kX8BatchAhead>(&w, 0);
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     INFERCAST_UNROLL
     for (int p = 0; p < 4; ++p) {
@@ -488,7 +488,7 @@ struct Kx8 {
     }
     INFERCAST_UNROLL
     for (int j = 0; j < 4; ++j) {
-      prefetch_part<sizeof(X8), 4, kX8Stream<Na>>(&w, j);
+      prefetch_part<sizeof(X8), 4, kX8Ahead<Na>>(&w, j);
       __m512i lo[4];
       __m512i hi[4];
       INFERCAST_UNROLL
@@ -586,7 +586,7 @@ struct Q6_Kx8 {
     __m512i isum[Na];
     for (auto& v : isum) v = _mm512_setzero_si512();
     for (int u = 0; u < 8; ++u) {
-      prefetch_part<sizeof(X8), 8, kX8Stream<Na>>(&w, u);
+      prefetch_part<sizeof(X8), 8, kX8Ahead<Na>>(&w, u);
       const __m512i l01 = load_pair(w.ql[u][0]);
       const __m512i l23 = load_pair(w.ql[u][2]);
       INFERCAST_UNROLL
@@ -737,7 +737,7 @@ void rows_pairs(const GemmCall& c, std::size_t begin, std::size_t end, std::uint
     with_count<kTwoStreamPairs>(pairs, [&](auto np) {
       constexpr int kNp = decltype(np)::value;
       in_two_streams(
-          c, begin, full, kX8Batch, [&](std::size_t r, std::size_t stride) { pair_groups<K, 2, kNp>(c, r, stride, 0); },
+          c, begin, full, kX8BatchAhead, [&](std::size_t r, std::size_t stride) { pair_groups<K, 2, kNp>(c, r, stride, 0); },
           [&](std::size_t r) { pair_groups<K, 1, kNp>(c, r, 0, 0); });
     });
   } else {
@@ -780,8 +780,8 @@ void rows_pairs(const GemmCall& c, std::size_t begin, std::size_t end, std::uint
 template <class K, int Na>
 INFERCAST_INLINE void sixteen_block(const typename K::X8& wa, const typename K::X8& wb, const ActQ8_0* const (&x)[Na],
                                     std::size_t b, __m512 (&acc)[Na]) {
-  prefetch_part<sizeof(typename K::X8), 1, kX8Batch>(&wa, 0);
-  prefetch_part<sizeof(typename K::X8), 1, kX8Batch>(&wb, 0);
+  prefetch_part<sizeof(typename K::X8), 1, kX8BatchAhead>(&wa, 0);
+  prefetch_part<sizeof(typename K::X8), 1, kX8BatchAhead>(&wb, 0);
   __m512i q[8];
   K::sixteen(wa, wb, q);
   const __m512 dw = row_scales16(wa.d, wb.d);
@@ -829,7 +829,7 @@ void rows_sixteen(const GemmCall& c, std::size_t begin, std::size_t end, std::ui
     if (b < c.batch) with_count<kNa - 1>(c.batch - b, [&](auto na) { sixteen_groups<K, decltype(na)::value>(c, r, stride, b); });
   };
   const std::size_t full = std::min(end, c.rows / kR * kR);
-  in_two_streams(c, begin, full, kX8Batch, all_rows, [&](std::size_t r) { all_rows(r, 0); });
+  in_two_streams(c, begin, full, kX8BatchAhead, all_rows, [&](std::size_t r) { all_rows(r, 0); });
   const std::size_t row = act_q8_0_row(c.cols);
   for (std::size_t r = std::max(begin, full); r < end; ++r) {
     for (std::size_t b = 0; b < c.batch; ++b) c.y[b * c.ldy + r] = K::tail(c, r, c.packed + b * row);

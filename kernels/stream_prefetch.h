@@ -20,12 +20,11 @@ namespace {
 // row's end a stream continues into the same row of the next group of Nr rows, which the
 // thread takes next. Addresses past the matrix are harmless: prefetches never fault.
 //
-// A batch's lines go to L2 (T1) for the reason kernels/x8_prefetch.h gives; there 2-4 KiB ahead
-// all measured alike (F16/BF16/F32 GEMV 0.84-0.88 of the DRAM read with T0 at 1 KiB, 0.98-1.06
-// with T1 at 2 KiB on a Zen 4 host) and the shorter distance is kept. `Once`: the rows are read
-// once in the call (a GEMV), and their lines are fetched non-temporally (NTA), which ran F16
-// decode 1.11x as fast on a Zen 5 host (kernels/x8_prefetch.h says why).
-template <int Nr, bool Once = false>
+// The lines are fetched non-temporally (NTA) for the reason kernels/x8_prefetch.h gives: on a
+// Zen 5 host F16 decode ran 1.11x as fast as with T1, BF16 at four users 1.18x. Before that they
+// went to L2 (T1); 2-4 KiB ahead all measured alike (F16/BF16/F32 GEMV 0.84-0.88 of the DRAM read
+// with T0 at 1 KiB, 0.98-1.06 with T1 at 2 KiB on a Zen 4 host) and the shorter distance is kept.
+template <int Nr>
 class StreamPrefetch {
  public:
   StreamPrefetch(const GemmCall& c, std::size_t r)
@@ -38,20 +37,13 @@ class StreamPrefetch {
     for (int i = 0; i < Nr; ++i) {
       // Integer arithmetic: the address may lie past the buffer, which a pointer may not.
       const std::uintptr_t p = base_ + i * row_bytes_ + at;
-      for (std::size_t k = 0; k < step; k += 64) fetch_line(p + k);
-      fetch_line(p + step - 1);
+      for (std::size_t k = 0; k < step; k += 64) _mm_prefetch(reinterpret_cast<const char*>(p + k), _MM_HINT_NTA);
+      _mm_prefetch(reinterpret_cast<const char*>(p + step - 1), _MM_HINT_NTA);
     }
   }
 
  private:
   static constexpr std::size_t kAhead = 2048;
-  INFERCAST_INLINE static void fetch_line(std::uintptr_t p) {
-    if constexpr (Once) {
-      _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_NTA);
-    } else {
-      _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
-    }
-  }
   std::uintptr_t base_;
   std::size_t row_bytes_;
 };
