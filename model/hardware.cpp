@@ -6,7 +6,6 @@
 
 #include "model/catalog.h"
 #include "model/json_input.h"
-#include "probes/cpu_features.h"
 #include "probes/error.h"
 #include "probes/units.h"
 

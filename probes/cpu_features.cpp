@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "probes/error.h"
+#include "probes/units.h"
 
 namespace infercast {
 namespace {
@@ -138,15 +139,6 @@ CpuFeatures decode_features(const CpuidWords& w) {
                                         : "the CPU has no AMX";
   }
   return f;
-}
-
-std::string tidy_cpu_name(std::string_view brand) {
-  std::string name;
-  for (const char c : brand) {
-    if (c != ' ' || (!name.empty() && name.back() != ' ')) name += c;
-  }
-  if (!name.empty() && name.back() == ' ') name.pop_back();
-  return name;
 }
 
 std::vector<std::string> CpuFeatures::usable_names() const {

@@ -39,10 +39,6 @@ struct CpuFeatures {
   [[nodiscard]] std::vector<std::string> usable_names() const;
 };
 
-// A CPUID brand string as a name to print: CPUs pad it with spaces at either end and some
-// inside ("Intel(R) Xeon(R) CPU           E5-2680"), which tables and sentences then carry.
-std::string tidy_cpu_name(std::string_view brand);
-
 // Reads CPUID/XGETBV once and asks the kernel for AMX tile permission (idempotent).
 const CpuFeatures& host_cpu();
 

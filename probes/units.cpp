@@ -67,4 +67,13 @@ std::string utc_timestamp() {
   return buf;
 }
 
+std::string tidy_cpu_name(std::string_view brand) {
+  std::string name;
+  for (const char c : brand) {
+    if (c != ' ' || (!name.empty() && name.back() != ' ')) name += c;
+  }
+  if (!name.empty() && name.back() == ' ') name.pop_back();
+  return name;
+}
+
 }  // namespace infercast

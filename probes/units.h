@@ -19,5 +19,8 @@ std::string format_size(std::uint64_t bytes);
 std::string utc_timestamp();
 // "1.10 B", "596.0 M": parameter and token counts.
 std::string format_count(double n);
+// A CPUID brand string as a name to print: CPUs pad it with spaces at either end and some
+// inside ("Intel(R) Xeon(R) CPU           E5-2680"), which tables and sentences then carry.
+std::string tidy_cpu_name(std::string_view brand);
 
 }  // namespace infercast

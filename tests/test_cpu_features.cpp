@@ -6,6 +6,7 @@
 #include <string>
 
 #include "probes/cpu_features.h"
+#include "probes/units.h"
 #include "probes/error.h"
 
 using namespace infercast;
