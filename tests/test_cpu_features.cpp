@@ -6,8 +6,8 @@
 #include <string>
 
 #include "probes/cpu_features.h"
-#include "probes/units.h"
 #include "probes/error.h"
+#include "probes/units.h"
 
 using namespace infercast;
 
