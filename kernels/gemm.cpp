@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 
 #include "kernels/formats.h"
@@ -89,7 +90,7 @@ class GuidedRows {
 }  // namespace
 
 bool guided_rows_pay(std::size_t weight_bytes, std::size_t batch, unsigned threads) {
-  return threads > 1 && (batch > 1 || weight_bytes / threads >= kGuidedLeastShare);
+  return threads > 1 && (batch >= kGuidedLeastBatch || weight_bytes / threads >= kGuidedLeastShare);
 }
 
 // One product as the threads run it: packed_at is its activations' offset in packed_, shared
@@ -106,6 +107,10 @@ struct GemmContext::Plan {
   // Per product, the first row no thread has taken yet (guided scheduling).
   std::unique_ptr<std::atomic<std::size_t>[]> next;
   std::size_t next_capacity = 0;
+  // The guided schedule's split of the products that take no runs.
+  SpeedSplit speeds;
+
+  explicit Plan(unsigned members) : speeds(members) {}
 };
 
 GemmContext::GemmContext(unsigned threads, std::optional<IsaLevel> level)
@@ -116,7 +121,7 @@ GemmContext::GemmContext(unsigned threads, std::optional<IsaLevel> level, const 
       level_(choose_level(features, level)),
       features_(features),
       scratch_(pool_.size()),
-      plan_(std::make_unique<Plan>()) {}
+      plan_(std::make_unique<Plan>(pool_.size())) {}
 
 GemmContext::~GemmContext() = default;
 
@@ -249,6 +254,8 @@ void GemmContext::run_products(std::span<const Product> products) {
 
   const unsigned members = pool_.size();
   const bool guided = members > 1 && schedule_ == RowSchedule::guided;
+  // The split of this call's short products follows the speeds the last call measured.
+  if (guided) plan.speeds.update();
   if (guided) {
     if (plan.next_capacity < plan.products.size()) {
       plan.next = std::make_unique<std::atomic<std::size_t>[]>(plan.products.size());
@@ -267,9 +274,18 @@ void GemmContext::run_products(std::span<const Product> products) {
     }
     for (std::size_t i = 0; i < plan.products.size(); ++i) {
       const Plan::Product& p = plan.products[i];
-      if (!guided || !guided_rows_pay(p.call.rows * p.call.row_bytes, p.call.batch, members)) {
+      if (!guided) {
         const RowRange r = split_rows(p.call.rows, p.kernel->row_step, member, members);
         if (r.begin < r.end) p.kernel->rows(p.call, r.begin, r.end, scratch_[member].data());
+        continue;
+      }
+      if (!guided_rows_pay(p.call.rows * p.call.row_bytes, p.call.batch, members)) {
+        const RowRange r = plan.speeds.range(p.call.rows, p.kernel->row_step, member);
+        if (r.begin == r.end) continue;
+        const auto start = std::chrono::steady_clock::now();
+        p.kernel->rows(p.call, r.begin, r.end, scratch_[member].data());
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+        plan.speeds.record(member, static_cast<double>((r.end - r.begin) * p.call.row_bytes), took.count());
         continue;
       }
       const GuidedRows chunks{p.call.rows, p.kernel->row_step, p.call.row_bytes, members};

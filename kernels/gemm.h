@@ -58,12 +58,16 @@ struct GemmKernel;  // internal: one implementation for one format at one ISA va
 // activation rows on `threads` threads. Each run restarts a thread's weight streams, and a
 // GEMV's runs shrink to 64 KiB, a few microseconds each: where a thread's share is below
 // kGuidedLeastShare the restarts cost more than the balance gains, and the product is split
-// as `fixed` splits it. Every GEMV of TinyLlama's decode split fixed against guided, on the Zen
-// 5 guest (docs/PERFORMANCE.md, thirty-first session): its 0.3-4.5 MB products ran 1.00-1.18x
-// as fast, Q4_0's and Q4_K's 6.5 MB FFN products 1.02-1.06x, Q8_0's 12 MB and F16's 8-23 MB
-// 0.95-0.97x, the 35-66 MB output heads 0.94-0.99x. Batches keep their runs: prefill split
-// fixed ran 0.90-0.98x as fast.
+// once, in proportion to the threads' measured speeds (SpeedSplit). Every GEMV of TinyLlama's
+// decode split equally against guided, on the Zen 5 guest (docs/PERFORMANCE.md, thirty-first
+// session): its 0.3-4.5 MB products ran 1.00-1.18x as fast, Q4_0's and Q4_K's 6.5 MB FFN
+// products 1.02-1.06x, Q8_0's 12 MB and F16's 8-23 MB 0.95-0.97x, the 35-66 MB output heads
+// 0.94-0.99x. Split by speed instead of equally, decode's products took 0.87-0.99x the time
+// (thirty-third session), and so did batches of 2 and 4 against their guided runs (0.88-0.94x;
+// Q8_0 at 4 1.01x). Batches of kGuidedLeastBatch rows or more keep their runs: eight users split
+// by speed took 1.03x the time, and prefill split equally ran 0.90-0.98x as fast.
 inline constexpr std::size_t kGuidedLeastShare = std::size_t{4} << 20;
+inline constexpr std::size_t kGuidedLeastBatch = 5;
 [[nodiscard]] bool guided_rows_pay(std::size_t weight_bytes, std::size_t batch, unsigned threads);
 
 class GemmContext {
@@ -82,10 +86,10 @@ class GemmContext {
   // How a call's output rows reach the threads. `guided` (the default): each thread takes a
   // run of rows at a time, half its share of what is left, down to 64 KiB of weights, so a
   // thread the host slows down leaves its rows to the others (on a shared 2-vCPU guest this
-  // ran decode 2-10% faster; docs/PERFORMANCE.md), except in products too short for that to
-  // pay (see guided_rows_pay). `fixed`: thread m always gets split_rows(rows, step, m,
-  // threads), what NUMA placement binds each thread's rows by. Every row is computed alike
-  // either way: the results are bit for bit the same.
+  // ran decode 2-10% faster; docs/PERFORMANCE.md); products too short for that to pay (see
+  // guided_rows_pay) are split once, by the threads' speeds in earlier calls. `fixed`: thread
+  // m always gets split_rows(rows, step, m, threads), what NUMA placement binds each thread's
+  // rows by. Every row is computed alike either way: the results are bit for bit the same.
   enum class RowSchedule { guided, fixed };
   void set_row_schedule(RowSchedule s) { schedule_ = s; }
   [[nodiscard]] RowSchedule row_schedule() const { return schedule_; }

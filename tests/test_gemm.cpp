@@ -307,8 +307,11 @@ TEST(GemmSchedule, OnlyProductsWorthBalancingTakeGuidedRuns) {
   EXPECT_FALSE(guided_rows_pay(2 * kGuidedLeastShare - 1, 1, 2));
   EXPECT_TRUE(guided_rows_pay(2 * kGuidedLeastShare, 1, 2));
   EXPECT_FALSE(guided_rows_pay(2 * kGuidedLeastShare, 1, 3));
-  // A batch's runs are long pieces of work: always balanced.
-  EXPECT_TRUE(guided_rows_pay(1024, 2, 2));
+  // Small batches are split by speed like a GEMV; larger ones are long pieces of work: always
+  // balanced.
+  EXPECT_FALSE(guided_rows_pay(1024, kGuidedLeastBatch - 1, 2));
+  EXPECT_TRUE(guided_rows_pay(2 * kGuidedLeastShare, kGuidedLeastBatch - 1, 2));
+  EXPECT_TRUE(guided_rows_pay(1024, kGuidedLeastBatch, 2));
   EXPECT_TRUE(guided_rows_pay(1024, 64, 16));
   // One thread has nothing to balance.
   EXPECT_FALSE(guided_rows_pay(std::size_t{1} << 30, 64, 1));
@@ -502,6 +505,85 @@ TEST(ThreadPool, SplitRowsCoversEveryRowOnceInSteps) {
       }
     }
   }
+}
+
+// Every row once, in whole steps but the last, ranges in member order.
+void expect_speed_split_covers(const SpeedSplit& split, std::size_t rows, std::size_t step) {
+  std::size_t next = 0;
+  for (unsigned m = 0; m < split.members(); ++m) {
+    const RowRange r = split.range(rows, step, m);
+    ASSERT_EQ(r.begin, next) << "member " << m << " of " << split.members() << ", rows " << rows << ", step " << step;
+    ASSERT_LE(r.begin, r.end);
+    if (r.end < rows) {
+      ASSERT_EQ((r.end - r.begin) % step, 0U);
+    }
+    next = r.end;
+  }
+  ASSERT_EQ(next, rows);
+}
+
+// n updates with member m streaming speed[m] bytes a second.
+void run_speed_split(SpeedSplit& split, const std::vector<double>& speed, int n) {
+  for (int i = 0; i < n; ++i) {
+    for (unsigned m = 0; m < split.members(); ++m) split.record(m, 1e6, 1e6 / speed[m]);
+    split.update();
+  }
+}
+
+TEST(ThreadPool, SpeedSplitStartsEqualAndCoversEveryRowOnce) {
+  for (unsigned members : {1U, 2U, 3U, 7U}) {
+    const SpeedSplit split(members);
+    for (std::size_t rows : {0U, 1U, 17U, 4096U, 4097U}) {
+      for (std::size_t step : {1U, 8U, 16U}) {
+        expect_speed_split_covers(split, rows, step);
+        // Equal shares: each member's steps within one of an equal part.
+        const double equal = static_cast<double>((rows + step - 1) / step) / members;
+        for (unsigned m = 0; m < members; ++m) {
+          const RowRange r = split.range(rows, step, m);
+          EXPECT_NEAR(static_cast<double>((r.end - r.begin + step - 1) / step), equal, 1.0)
+              << "member " << m << " of " << members << ", rows " << rows << ", step " << step;
+        }
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, SpeedSplitGivesFasterMembersMoreRows) {
+  SpeedSplit split(3);
+  run_speed_split(split, {2e9, 1e9, 1e9}, 200);
+  EXPECT_NEAR(split.share(0), 0.5, 0.01);
+  EXPECT_NEAR(split.share(1), 0.25, 0.01);
+  EXPECT_NEAR(split.share(2), 0.25, 0.01);
+  expect_speed_split_covers(split, 4000, 8);
+  EXPECT_NEAR(static_cast<double>(split.range(4000, 8, 0).end), 2000, 8);
+  // Speeds that change are followed.
+  run_speed_split(split, {1e9, 1e9, 1e9}, 200);
+  for (unsigned m = 0; m < 3; ++m) EXPECT_NEAR(split.share(m), 1.0 / 3, 0.01);
+}
+
+TEST(ThreadPool, SpeedSplitKeepsEveryMemberInWorkAndIgnoresSmallSamples) {
+  SpeedSplit split(2);
+  // A member that barely moved (descheduled, say) keeps about a quarter of an equal share (the
+  // floor, then normalized with the others: 0.123 here).
+  run_speed_split(split, {1e9, 1e3}, 500);
+  EXPECT_NEAR(split.share(1), 0.125, 0.005);
+  EXPECT_GT(split.range(1 << 20, 1, 1).end - split.range(1 << 20, 1, 1).begin, std::size_t{1} << 16);
+  expect_speed_split_covers(split, 1 << 20, 1);
+  // Samples below kLeastBytes, or from only some of the members, change nothing.
+  SpeedSplit fresh(2);
+  fresh.record(0, SpeedSplit::kLeastBytes / 2, 1e-9);
+  fresh.record(1, SpeedSplit::kLeastBytes, 1.0);
+  fresh.update();
+  EXPECT_EQ(fresh.share(0), 0.5);
+  fresh.record(0, 1e9, 1.0);
+  fresh.update();
+  EXPECT_EQ(fresh.share(0), 0.5);
+  // Samples of one job do not carry into the next.
+  fresh.record(0, 1e9, 1.0);
+  fresh.update();
+  fresh.record(1, 1e9, 100.0);
+  fresh.update();
+  EXPECT_EQ(fresh.share(0), 0.5);
 }
 
 TEST(ThreadPool, RestoresTheCallersAffinity) {
