@@ -100,6 +100,12 @@ void attend(const VecOps& ops, const float* q, std::size_t heads, std::size_t n,
   constexpr bool kF32 = std::is_same_v<T, float>;
   for (std::size_t j0 = 0; j0 < len; j0 += kKeyBlock) {
     const std::size_t count = std::min(kKeyBlock, len - j0);
+    // The values of these positions are asked for now, to arrive while the scores and the
+    // softmax are computed. Loaded on demand after them, the value pass took most of
+    // attention's time in a decode at 512 positions; asked for here, attention took 0.82x the
+    // time (docs/PERFORMANCE.md, thirty-third session).
+    const auto* values = reinterpret_cast<const char*>(value_block(j0 / kKeyBlock));
+    for (std::size_t at = 0; at < count * n * sizeof(T); at += 64) __builtin_prefetch(values + at, 0, 2);
     // All query heads of the group in one call: each key is loaded once for all of them.
     const T* keys = key_block(j0 / kKeyBlock);
     if constexpr (kF32) {
