@@ -1,6 +1,7 @@
 #pragma once
 // The kernels' thread pool: a persistent team of hwloc-pinned threads (probes' ThreadTeam) plus
-// the one policy the kernels need, splitting output rows into contiguous, evenly sized ranges.
+// the policies the kernels need, splitting output rows into contiguous ranges: evenly sized, or
+// sized by each thread's measured speed.
 #include <cstddef>
 #include <functional>
 #include <vector>
