@@ -254,9 +254,9 @@ void GemmContext::run_products(std::span<const Product> products) {
 
   const unsigned members = pool_.size();
   const bool guided = members > 1 && schedule_ == RowSchedule::guided;
-  // The split of this call's short products follows the speeds the last call measured.
-  if (guided) plan.speeds.update();
   if (guided) {
+    // The split of this call's short products follows the speeds the last call measured.
+    plan.speeds.update();
     if (plan.next_capacity < plan.products.size()) {
       plan.next = std::make_unique<std::atomic<std::size_t>[]>(plan.products.size());
       plan.next_capacity = plan.products.size();
