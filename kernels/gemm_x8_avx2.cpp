@@ -104,6 +104,7 @@ INFERCAST_INLINE void add_scaled(const __m256i (&dot)[Na], const std::uint16_t* 
 
 struct Q4_0x8 : Q8ActivationKernel {
   using X8 = BlockQ4_0x8;
+  static constexpr int kGemvStreams = 3;  // see gemv_streams in x8_rows.inc
 
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b,
@@ -156,6 +157,7 @@ struct Q4_0x8 : Q8ActivationKernel {
 
 struct Q8_0x8 : Q8ActivationKernel {
   using X8 = BlockQ8_0x8;
+  static constexpr int kGemvStreams = 2;  // three ran at 0.98x
 
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b,
@@ -239,6 +241,7 @@ struct K4x8 {
   static constexpr std::size_t kElems = kQkK;
   static constexpr int kMaxNa = 4;
   static constexpr int kTwoStreamBatch = 1;
+  static constexpr int kGemvStreams = kFive ? 2 : 3;  // Q5_K on three ran at 0.97x
   static std::size_t act_row(std::size_t cols) { return act_q8_k_row(cols); }
 
   // Sub-block 2J+H of every row (the low nibbles of qs[J] for H = 0, the high ones for 1):
@@ -345,6 +348,7 @@ struct Q6_Kx8 {
   static constexpr std::size_t kElems = kQkK;
   static constexpr int kMaxNa = 4;
   static constexpr int kTwoStreamBatch = 1;
+  static constexpr int kGemvStreams = 3;
   static std::size_t act_row(std::size_t cols) { return act_q8_k_row(cols); }
 
   // Bits 2P, 2P+1 of every byte moved to bits 4, 5 (the top of a six-bit quant).

@@ -198,6 +198,7 @@ struct Q8ActivationKernel {
   static constexpr std::size_t kElems = kQk;
   static constexpr int kMaxNa = 8;
   static constexpr int kTwoStreamBatch = 4;
+  static constexpr int kGemvStreams = 3;  // every format here: see gemv_streams in x8_rows.inc
   static std::size_t act_row(std::size_t cols) { return act_q8_0_row(cols); }
 };
 
@@ -471,6 +472,7 @@ struct Kx8 {
   // threads on the Zen 5 guest, builds alternated). From four rows on, two groups spill these
   // registers: 0.77x at batch 4 (docs/PERFORMANCE.md, twenty-ninth session).
   static constexpr int kTwoStreamBatch = 3;
+  static constexpr int kGemvStreams = 3;
   static std::size_t act_row(std::size_t cols) { return act_q8_k_row(cols); }
 
   template <int Na>
@@ -566,6 +568,7 @@ struct Q6_Kx8 {
   // core pair ran 11-16% faster than with four (batch 8 504-563 -> 585-658 GOPS).
   static constexpr int kMaxNa = 8;
   static constexpr int kTwoStreamBatch = 4;
+  static constexpr int kGemvStreams = 3;
   static std::size_t act_row(std::size_t cols) { return act_q8_k_row(cols); }
 
   template <int Na>

@@ -149,6 +149,15 @@ TEST_P(GemmAllFormats, RandomWeightsEveryBatchShape) {
   }
 }
 
+// A GEMV walks a thread's groups of eight rows in two or three streams, then the groups left
+// over: these row counts leave each thread every remainder of groups (0-2) after three streams,
+// ranges of fewer groups than streams, and a tail of GGUF-layout rows.
+TEST_P(GemmAllFormats, GemvEveryStreamRemainder) {
+  const GgmlType t = GetParam();
+  const std::size_t cols = format_info(t).block_elems == 256 ? 256 : 64;
+  for (std::size_t rows : {8U, 16U, 24U, 40U, 48U, 56U, 72U, 91U, 107U}) check_all_levels({t, rows, cols, 1, Pattern::gaussian});
+}
+
 TEST_P(GemmAllFormats, EdgeCases) {
   const GgmlType t = GetParam();
   const std::size_t block = static_cast<std::size_t>(format_info(t).block_elems);
