@@ -251,8 +251,9 @@ struct Q4_0x8 : Q8ActivationKernel {
   }
 
   // Element group k (elements 4k..4k+3) of each row in both lanes of its pair, in q[k].
+  template <bool Prefetch>
   INFERCAST_INLINE static void duplicated(const X8& w, __m512i (&q)[8]) {
-    prefetch_part<sizeof(X8), 1, kX8BatchAhead>(&w, 0);
+    if constexpr (Prefetch) prefetch_part<sizeof(X8), 1, kX8BatchAhead>(&w, 0);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i v0 = _mm512_loadu_si512(w.qs[0]);  // steps 0, 1
     const __m512i v1 = _mm512_loadu_si512(w.qs[2]);  // steps 2, 3
@@ -318,8 +319,9 @@ struct Q8_0x8 : Q8ActivationKernel {
     multiply_block(q, w.d, x, b, acc);
   }
 
+  template <bool Prefetch>
   INFERCAST_INLINE static void duplicated(const X8& w, __m512i (&q)[8]) {
-    prefetch_part<sizeof(X8), 1, kX8BatchAhead>(&w, 0);
+    if constexpr (Prefetch) prefetch_part<sizeof(X8), 1, kX8BatchAhead>(&w, 0);
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     INFERCAST_UNROLL
     for (int p = 0; p < 4; ++p) {
@@ -664,11 +666,18 @@ constexpr const char* kX8KernelName = "avx512_x8";
 template <class K, int Ng, int Np>
 INFERCAST_INLINE void pair_block(const typename K::X8& w, const ActPairQ8_0* const (&x)[Np], std::size_t b,
                                  __m512 (&acc)[Np]) {
+  // From three pairs on, the block's prefetches are spread over the pairs (see kX8SpreadAhead).
+  constexpr bool kSpread = Np >= 3;
+  constexpr int kLines = static_cast<int>((sizeof(typename K::X8) + 63) / 64);
+  constexpr int kParts = std::min(Np, kLines);
   __m512i q[8];
-  K::duplicated(w, q);
+  K::template duplicated<!kSpread>(w, q);
   const __m512 dw = row_scales(w.d);
   INFERCAST_UNROLL
   for (int p = 0; p < Np; ++p) {
+    if constexpr (kSpread) {
+      if (p < kParts) prefetch_part<sizeof(typename K::X8), kParts, kX8SpreadAhead>(&w, p);
+    }
     const ActPairQ8_0* xp = &x[p][b];
     // Hidden from the optimiser when two groups share the pairs, as in Kx8::block: GCC held
     // both groups' broadcasts at once and spilled them (Q8_0 batch 8 on two streams 0.92x of one
@@ -783,13 +792,23 @@ void rows_pairs(const GemmCall& c, std::size_t begin, std::size_t end, std::uint
 template <class K, int Na>
 INFERCAST_INLINE void sixteen_block(const typename K::X8& wa, const typename K::X8& wb, const ActQ8_0* const (&x)[Na],
                                     std::size_t b, __m512 (&acc)[Na]) {
-  prefetch_part<sizeof(typename K::X8), 1, kX8BatchAhead>(&wa, 0);
-  prefetch_part<sizeof(typename K::X8), 1, kX8BatchAhead>(&wb, 0);
+  // From six activation rows on, a line of the groups' three each before each of the first six
+  // rows (see kX8SpreadAhead).
+  constexpr bool kSpread = Na >= 6;
+  static_assert(sizeof(typename K::X8) <= 3 * 64);
+  if constexpr (!kSpread) {
+    prefetch_part<sizeof(typename K::X8), 1, kX8BatchAhead>(&wa, 0);
+    prefetch_part<sizeof(typename K::X8), 1, kX8BatchAhead>(&wb, 0);
+  }
   __m512i q[8];
   K::sixteen(wa, wb, q);
   const __m512 dw = row_scales16(wa.d, wb.d);
   INFERCAST_UNROLL
   for (int a = 0; a < Na; ++a) {
+    if constexpr (kSpread) {
+      if (a < 3) prefetch_part<sizeof(typename K::X8), 3, kX8SpreadAhead>(&wa, a);
+      if (a >= 3 && a < 6) prefetch_part<sizeof(typename K::X8), 3, kX8SpreadAhead>(&wb, a - 3);
+    }
     const ActQ8_0& xa = x[a][b];
     __m512i dot[2] = {_mm512_set1_epi32(xa.offset), _mm512_setzero_si512()};
     INFERCAST_UNROLL

@@ -40,6 +40,16 @@ inline constexpr std::size_t kX8BatchAhead = 6144;
 template <int Na>
 inline constexpr std::size_t kX8Ahead = Na == 1 ? kX8GemvAhead : kX8BatchAhead;
 
+// Q4_0's and Q8_0's batch kernels (kernels/gemm_x8_avx512.cpp), from three activation pairs or
+// six activation rows on, spend long enough on a weight block to spread its prefetches over its
+// activation rows, a line before each, and they prefetch 3 KiB ahead instead of 6. Against a
+// block's lines at once 6 KiB ahead, switched every 25 ms inside one process (Zen 5 guest, two
+// threads, 2048x5632 and 5632x2048 from DRAM; docs/PERFORMANCE.md, thirty-fourth session): Q4_0
+// batch 8 1.09x the bytes per second, batch 16 1.03x, 64 1.01x; Q8_0 batch 8 1.06x, 16 1.02x,
+// 64 1.00x; the products of a TinyLlama Q4_0 decode at eight users 1.11x. Either change alone
+// gained about 1.04x at Q4_0 batch 8. The K-quant batches lost 3-12% at 3 KiB and keep 6.
+inline constexpr std::size_t kX8SpreadAhead = 3072;
+
 template <std::size_t Bytes, int Parts, std::size_t Ahead>
 INFERCAST_INLINE void prefetch_part(const void* block, int i) {
   constexpr std::size_t kLines = (Bytes + 63) / 64;
