@@ -748,8 +748,9 @@ void rows_pairs(const GemmCall& c, std::size_t begin, std::size_t end, std::uint
   if (pairs <= kTwoStreamPairs) {
     with_count<kTwoStreamPairs>(pairs, [&](auto np) {
       constexpr int kNp = decltype(np)::value;
+      constexpr std::size_t kHead = kNp >= 3 ? kX8SpreadAhead : kX8BatchAhead;  // as far as the blocks reach
       in_two_streams(
-          c, begin, full, kX8BatchAhead, [&](std::size_t r, std::size_t stride) { pair_groups<K, 2, kNp>(c, r, stride, 0); },
+          c, begin, full, kHead, [&](std::size_t r, std::size_t stride) { pair_groups<K, 2, kNp>(c, r, stride, 0); },
           [&](std::size_t r) { pair_groups<K, 1, kNp>(c, r, 0, 0); });
     });
   } else {
@@ -851,7 +852,9 @@ void rows_sixteen(const GemmCall& c, std::size_t begin, std::size_t end, std::ui
     if (b < c.batch) with_count<kNa - 1>(c.batch - b, [&](auto na) { sixteen_groups<K, decltype(na)::value>(c, r, stride, b); });
   };
   const std::size_t full = std::min(end, c.rows / kR * kR);
-  in_two_streams(c, begin, full, kX8BatchAhead, all_rows, [&](std::size_t r) { all_rows(r, 0); });
+  // The head a stream's blocks do not prefetch: as far ahead as its first pass's blocks reach.
+  const std::size_t head = std::min<std::size_t>(c.batch, kNa) >= 6 ? kX8SpreadAhead : kX8BatchAhead;
+  in_two_streams(c, begin, full, head, all_rows, [&](std::size_t r) { all_rows(r, 0); });
   const std::size_t row = act_q8_0_row(c.cols);
   for (std::size_t r = std::max(begin, full); r < end; ++r) {
     for (std::size_t b = 0; b < c.batch; ++b) c.y[b * c.ldy + r] = K::tail(c, r, c.packed + b * row);
