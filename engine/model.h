@@ -17,6 +17,9 @@ enum class RopeStyle {
   neox,         // rotate pairs (i, i + d/2): qwen2
 };
 
+// The largest attention head a model may have (the engine keeps a head's row on the stack).
+inline constexpr int kMaxHeadDim = 1024;
+
 struct ModelConfig {
   std::string architecture;
   int layers = 0;

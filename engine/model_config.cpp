@@ -40,7 +40,9 @@ ModelConfig read_model_config(const GgufFile& f) {
   c.rope = a == "qwen2" ? RopeStyle::neox : RopeStyle::interleaved;
   if (c.dim % c.heads != 0) throw UsageError(fmt::format("embedding length {} is not a multiple of {} heads", c.dim, c.heads));
   c.head_dim = static_cast<int>(f.get_uint_or(a + ".attention.key_length", static_cast<std::uint64_t>(c.dim / c.heads)));
-  if (c.head_dim <= 0 || c.head_dim % 2 != 0 || c.head_dim > 1024) throw UsageError("attention head size must be even and at most 1024");
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0 || c.head_dim > kMaxHeadDim) {
+    throw UsageError(fmt::format("attention head size must be even and at most {}", kMaxHeadDim));
+  }
   if (c.heads % c.kv_heads != 0) throw UsageError(fmt::format("{} heads cannot be grouped over {} KV heads", c.heads, c.kv_heads));
   if (c.experts > 0 && (c.active_experts <= 0 || c.active_experts > c.experts)) {
     throw UsageError(fmt::format("{} experts with {} active is not a valid mixture", c.experts, c.active_experts));

@@ -33,7 +33,7 @@ void axpy_f16(float a, const std::uint16_t* x, float* y, std::size_t n) {
 const VecOps kScalar{"scalar", dot_f32, dot_f16, axpy_f32, axpy_f16,
                      dot_keys<float, f32_value>, dot_keys<std::uint16_t, f16_value>,
                      axpy_rows<float, axpy_f32>, axpy_rows<std::uint16_t, axpy_f16>, softmax_reference,
-                     swiglu_reference};
+                     swiglu_reference, to_f16_reference};
 
 }  // namespace
 
@@ -52,6 +52,10 @@ void softmax_reference(float* x, std::size_t n) {
 
 void swiglu_reference(float* gate, const float* up, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0F + std::exp(-gate[i])) * up[i];
+}
+
+void to_f16_reference(const float* x, std::uint16_t* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = fp32_to_fp16(x[i]);
 }
 
 const VecOps& scalar_vec_ops() { return kScalar; }

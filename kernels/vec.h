@@ -38,6 +38,9 @@ struct VecOps {
   void (*softmax)(float* x, std::size_t n);
   // In place: gate[i] = silu(gate[i]) * up[i], the SwiGLU feed-forward's activation.
   void (*swiglu)(float* gate, const float* up, std::size_t n);
+  // out[i] = x[i] as fp16, rounded to nearest even (the F16 KV cache's writes): bit for bit
+  // fp32_to_fp16 (kernels/half.h) at every level.
+  void (*to_f16)(const float* x, std::uint16_t* out, std::size_t n);
 };
 
 // Positions per block of cached keys: one 512-bit vector of F32 scores.
@@ -82,6 +85,8 @@ void axpy_rows(const float* w, std::size_t w_stride, const T* rows, std::size_t 
 void softmax_reference(float* x, std::size_t n);
 // The reference SwiGLU activation (std::exp), likewise shared.
 void swiglu_reference(float* gate, const float* up, std::size_t n);
+// fp32_to_fp16 over n values, the scalar table's to_f16 and the vector tables' tail.
+void to_f16_reference(const float* x, std::uint16_t* out, std::size_t n);
 
 const VecOps& vec_ops(IsaLevel level);
 

@@ -194,9 +194,19 @@ void swiglu(float* gate, const float* up, std::size_t n) {
   }
 }
 
+// vcvtps2ph (F16C, part of this level) rounds to nearest even, as fp32_to_fp16 does.
+void to_f16(const float* x, std::uint16_t* out, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
+  }
+  to_f16_reference(x + i, out + i, n - i);
+}
+
 const VecOps kAvx2{"avx2", dot<float>, dot<std::uint16_t>, axpy<float>, axpy<std::uint16_t>,
     dot_keys<float>, dot_keys<std::uint16_t>, axpy_rows_heads<float>, axpy_rows_heads<std::uint16_t>,
-    softmax, swiglu};
+    softmax, swiglu, to_f16};
 
 }  // namespace
 

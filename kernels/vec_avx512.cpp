@@ -198,9 +198,18 @@ void swiglu(float* gate, const float* up, std::size_t n) {
   }
 }
 
+// vcvtps2ph rounds to nearest even, as fp32_to_fp16 does; the tail goes through a masked store.
+void to_f16(const float* x, std::uint16_t* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask16(n - i);
+    const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_mask_storeu_epi16(out + i, m, h);
+  }
+}
+
 const VecOps kAvx512{"avx512", dot<float>, dot<std::uint16_t>, axpy<float>, axpy<std::uint16_t>,
     dot_keys<float>, dot_keys<std::uint16_t>, axpy_rows_heads<float>, axpy_rows_heads<std::uint16_t>,
-    softmax, swiglu};
+    softmax, swiglu, to_f16};
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,32 @@ TEST(VecOps, SwigluMatchesReference) {
           EXPECT_NEAR(gate[i], ref[i], 1e-30F + 1e-6F * std::fabs(ref[i])) << ops.name << " n " << n << " i " << i;
         }
       }
+    }
+  }
+}
+
+// The F16 KV cache is written through to_f16 at the engine's level: every level must give the
+// reference's bits (round to nearest even), on random values of every magnitude and on the
+// edges: signed zeros, the largest half and the values either side of its rounding to infinity,
+// subnormals and the halfway point below the smallest, infinities and NaN, and vector tails.
+TEST(VecOps, ToF16MatchesTheReferenceBitForBit) {
+  SeededRng rng(23);
+  const float edges[] = {0.0F, -0.0F, 65504.0F, 65519.0F, 65520.0F, -65520.0F, 1e30F, 6.0e-5F, 1e-6F,
+                         5.9604645e-8F, 2.9802322e-8F, 8.9406967e-8F, 1.0009766F, 1.0004883F,
+                         std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                         std::numeric_limits<float>::quiet_NaN()};
+  for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
+    const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
+    for (std::size_t n : {1U, 7U, 8U, 9U, 15U, 16U, 17U, 100U}) {
+      std::vector<float> x(n);
+      for (std::size_t i = 0; i < n; ++i) x[i] = std::ldexp(rng.gaussian(), static_cast<int>(i % 40) - 26);
+      for (std::size_t i = 0; i < n && i < std::size(edges); ++i) x[(i * 7) % n] = edges[i];
+      std::vector<std::uint16_t> want(n);
+      std::vector<std::uint16_t> got(n + 1, 0xABCD);
+      to_f16_reference(x.data(), want.data(), n);
+      ops.to_f16(x.data(), got.data(), n);
+      for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(got[i], want[i]) << ops.name << " n " << n << " x " << x[i];
+      EXPECT_EQ(got[n], 0xABCD) << ops.name << " wrote past n = " << n;
     }
   }
 }
