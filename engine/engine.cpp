@@ -251,6 +251,10 @@ void Engine::gemm_jobs(ProductRole role, std::span<const GemmContext::Job> jobs)
   count_product(p);
 }
 
+int Engine::greedy_token(const float* logits) const {
+  return static_cast<int>(vec_.argmax(logits, static_cast<std::size_t>(cfg_.vocab)));
+}
+
 void Engine::parallel_for(std::size_t n, const std::function<void(std::size_t, std::size_t, unsigned)>& body) {
   if (n == 1) {  // one token: not worth waking the team (the caller is member 0)
     body(0, 1, 0);

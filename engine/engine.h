@@ -114,6 +114,9 @@ class Engine {
   [[nodiscard]] int last_step_parallel_operations() const { return step_parallel_operations_; }
   [[nodiscard]] int last_step_experts_touched() const { return step_experts_touched_; }
   [[nodiscard]] GemmContext& context() { return ctx_; }
+  // Greedy decoding: the token of the largest of a token's vocab logits (argmax in run.h, with
+  // the vector kernels).
+  [[nodiscard]] int greedy_token(const float* logits) const;
   // Where the weights' pages were placed for this engine's threads (NUMA machines).
   [[nodiscard]] const NumaPlacement& numa() const { return numa_; }
   // The kernel a product of `w` with `batch` activation rows runs on.

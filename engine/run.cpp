@@ -87,7 +87,7 @@ void run_engine(const Model& model, const RunOptions& o, const std::vector<std::
       r.prefill_gemm_seconds += engine.last_step_gemm_seconds();
       r.prefill_attention_seconds += engine.last_step_attention_seconds();
     }
-    next[static_cast<std::size_t>(c)] = argmax(logits.data(), cfg.vocab);
+    next[static_cast<std::size_t>(c)] = engine.greedy_token(logits.data());
     if (c == 0) r.ttft_ms = 1e3 * seconds_since(seq_start);
   }
   r.prefill_seconds = seconds_since(prefill_start);
@@ -109,7 +109,7 @@ void run_engine(const Model& model, const RunOptions& o, const std::vector<std::
     accumulate(r.decode_products, engine.last_step_products());
     r.decode_attention_seconds += engine.last_step_attention_seconds();
     for (int c = 0; c < o.concurrency; ++c) {
-      next[static_cast<std::size_t>(c)] = argmax(&logits[static_cast<std::size_t>(c) * static_cast<std::size_t>(cfg.vocab)], cfg.vocab);
+      next[static_cast<std::size_t>(c)] = engine.greedy_token(&logits[static_cast<std::size_t>(c) * static_cast<std::size_t>(cfg.vocab)]);
       r.tokens[static_cast<std::size_t>(c)].push_back(next[static_cast<std::size_t>(c)]);
     }
   }

@@ -1,5 +1,6 @@
 #include "kernels/vec.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/half.h"
@@ -33,7 +34,7 @@ void axpy_f16(float a, const std::uint16_t* x, float* y, std::size_t n) {
 const VecOps kScalar{"scalar", dot_f32, dot_f16, axpy_f32, axpy_f16,
                      dot_keys<float, f32_value>, dot_keys<std::uint16_t, f16_value>,
                      axpy_rows<float, axpy_f32>, axpy_rows<std::uint16_t, axpy_f16>, softmax_reference,
-                     swiglu_reference, to_f16_reference};
+                     swiglu_reference, to_f16_reference, argmax_reference};
 
 }  // namespace
 
@@ -56,6 +57,10 @@ void swiglu_reference(float* gate, const float* up, std::size_t n) {
 
 void to_f16_reference(const float* x, std::uint16_t* out, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) out[i] = fp32_to_fp16(x[i]);
+}
+
+std::size_t argmax_reference(const float* x, std::size_t n) {
+  return static_cast<std::size_t>(std::max_element(x, x + n) - x);
 }
 
 const VecOps& scalar_vec_ops() { return kScalar; }

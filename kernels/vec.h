@@ -41,6 +41,9 @@ struct VecOps {
   // out[i] = x[i] as fp16, rounded to nearest even (the F16 KV cache's writes): bit for bit
   // fp32_to_fp16 (kernels/half.h) at every level.
   void (*to_f16)(const float* x, std::uint16_t* out, std::size_t n);
+  // The index of the first largest of x[0..n), n >= 1, as std::max_element gives it: a NaN is
+  // never larger than anything, and a NaN at x[0] is never replaced. Greedy decoding's token.
+  std::size_t (*argmax)(const float* x, std::size_t n);
 };
 
 // Positions per block of cached keys: one 512-bit vector of F32 scores.
@@ -87,6 +90,8 @@ void softmax_reference(float* x, std::size_t n);
 void swiglu_reference(float* gate, const float* up, std::size_t n);
 // fp32_to_fp16 over n values, the scalar table's to_f16 and the vector tables' tail.
 void to_f16_reference(const float* x, std::uint16_t* out, std::size_t n);
+// std::max_element's index, the scalar table's argmax.
+std::size_t argmax_reference(const float* x, std::size_t n);
 
 const VecOps& vec_ops(IsaLevel level);
 

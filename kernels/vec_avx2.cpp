@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "kernels/simd_macros.h"
@@ -204,9 +205,31 @@ void to_f16(const float* x, std::uint16_t* out, std::size_t n) {
   to_f16_reference(x + i, out + i, n - i);
 }
 
+// As vec_avx512.cpp's argmax; the last n % 8 values go through scalar code.
+std::size_t argmax(const float* x, std::size_t n) {
+  if (std::isnan(x[0])) return 0;
+  __m256 m = _mm256_set1_ps(x[0]);
+  const std::size_t whole = n / 8 * 8;
+  for (std::size_t i = 0; i < whole; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float largest = x[0];
+  for (float v : lanes) largest = v > largest ? v : largest;
+  for (std::size_t i = whole; i < n; ++i) largest = x[i] > largest ? x[i] : largest;
+  const __m256 best = _mm256_set1_ps(largest);
+  for (std::size_t i = 0; i < whole; i += 8) {
+    const auto equal = static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), best, _CMP_EQ_OQ)));
+    if (equal != 0) return i + static_cast<std::size_t>(std::countr_zero(equal));
+  }
+  for (std::size_t i = whole; i < n; ++i) {
+    if (x[i] == largest) return i;
+  }
+  return 0;  // not reached: the largest value is one of x's
+}
+
 const VecOps kAvx2{"avx2", dot<float>, dot<std::uint16_t>, axpy<float>, axpy<std::uint16_t>,
     dot_keys<float>, dot_keys<std::uint16_t>, axpy_rows_heads<float>, axpy_rows_heads<std::uint16_t>,
-    softmax, swiglu, to_f16};
+    softmax, swiglu, to_f16, argmax};
 
 }  // namespace
 

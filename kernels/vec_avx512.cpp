@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "kernels/simd_macros.h"
@@ -207,9 +208,27 @@ void to_f16(const float* x, std::uint16_t* out, std::size_t n) {
   }
 }
 
+// Two passes, the largest value and then its first index: the logits of a step are in L2.
+// vmaxps returns its second operand where either is NaN, so max(x, m) keeps m past a NaN x.
+std::size_t argmax(const float* x, std::size_t n) {
+  if (std::isnan(x[0])) return 0;
+  __m512 m = _mm512_set1_ps(x[0]);
+  for (std::size_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask16(n - i);
+    m = _mm512_mask_max_ps(m, k, _mm512_maskz_loadu_ps(k, x + i), m);
+  }
+  const __m512 best = _mm512_set1_ps(_mm512_reduce_max_ps(m));
+  for (std::size_t i = 0; i < n; i += 16) {
+    const __mmask16 k = tail_mask16(n - i);
+    const auto equal = static_cast<unsigned>(_mm512_mask_cmp_ps_mask(k, _mm512_maskz_loadu_ps(k, x + i), best, _CMP_EQ_OQ));
+    if (equal != 0) return i + static_cast<std::size_t>(std::countr_zero(equal));
+  }
+  return 0;  // not reached: the largest value is one of x's
+}
+
 const VecOps kAvx512{"avx512", dot<float>, dot<std::uint16_t>, axpy<float>, axpy<std::uint16_t>,
     dot_keys<float>, dot_keys<std::uint16_t>, axpy_rows_heads<float>, axpy_rows_heads<std::uint16_t>,
-    softmax, swiglu, to_f16};
+    softmax, swiglu, to_f16, argmax};
 
 }  // namespace
 

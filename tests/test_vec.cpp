@@ -1,6 +1,7 @@
 // Every ISA's attention primitives against the scalar ones, at lengths that exercise the tails.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -190,6 +191,42 @@ TEST(VecOps, ToF16MatchesTheReferenceBitForBit) {
       ops.to_f16(x.data(), got.data(), n);
       for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(got[i], want[i]) << ops.name << " n " << n << " x " << x[i];
       EXPECT_EQ(got[n], 0xABCD) << ops.name << " wrote past n = " << n;
+    }
+  }
+}
+
+// Greedy decoding takes its token from argmax at the engine's level, so every level must pick
+// std::max_element's index: the first of tied largest values (zeros of both signs tie), past
+// NaNs and infinities, a NaN first value kept, and every tail of the vector width.
+TEST(VecOps, ArgmaxMatchesMaxElement) {
+  SeededRng rng(29);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
+    const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
+    const auto check = [&](const std::vector<float>& x, const char* what) {
+      const auto want = static_cast<std::size_t>(std::max_element(x.begin(), x.end()) - x.begin());
+      EXPECT_EQ(ops.argmax(x.data(), x.size()), want) << ops.name << " n " << x.size() << " " << what;
+    };
+    for (std::size_t n : {1U, 7U, 8U, 9U, 15U, 16U, 17U, 33U, 100U, 32000U}) {
+      std::vector<float> x(n);
+      for (auto& v : x) v = rng.gaussian();
+      check(x, "random");
+      x[n / 2] = 7.0F;
+      x[n - 1] = 7.0F;
+      check(x, "tied largest");
+      x[n / 3] = nan;
+      check(x, "a NaN inside");
+      x[n - 1] = inf;
+      check(x, "infinity last");
+      x[0] = nan;
+      check(x, "NaN first");
+      std::fill(x.begin(), x.end(), -1.0F);
+      x[n - 1] = 0.0F;
+      x[n / 2] = -0.0F;
+      check(x, "zeros of both signs");
+      std::fill(x.begin(), x.end(), -inf);
+      check(x, "all minus infinity");
     }
   }
 }
