@@ -308,9 +308,13 @@ struct Q8_0x8 : Q8ActivationKernel {
   // faster than on one stream (weights from DRAM, two threads, Zen 5).
   static constexpr int kTwoStreamPairs = 4;
 
+  // Its GEMV prefetches 2 KiB ahead, not 3: inside one process 1.03-1.05x the bytes per second
+  // (three runs); TinyLlama Q8_0 decode 1.054 (0.912-1.115) and, in the other order, 1/0.973
+  // against the previous build (eight pairs each; docs/PERFORMANCE.md, thirty-fourth session).
+  static constexpr std::size_t kGemvAhead = 2048;
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b, __m512 (&acc)[Na]) {
-    prefetch_part<sizeof(X8), 1, kX8Ahead<Na>>(&w, 0);
+    prefetch_part<sizeof(X8), 1, Na == 1 ? kGemvAhead : kX8BatchAhead>(&w, 0);
     // vpdpbusd wants one unsigned side: q + 128, with -128 x sum in the activation's offset.
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     __m512i q[4];
