@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/ops.h"
 #include "kernels/amx_decode.h"
 #include "kernels/formats.h"
 #include "kernels/gemm.h"
@@ -28,6 +29,7 @@
 #include "kernels/interleave.h"
 #include "kernels/simd_quantize.h"
 #include "kernels/vec.h"
+#include "probes/random.h"
 #include "probes/topology.h"
 
 namespace infercast {
@@ -170,6 +172,40 @@ void run_quantize(benchmark::State& state, const ActivationQuantizers& q, bool k
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * cols * sizeof(float)));
 }
 
+std::vector<float> gaussian(std::size_t n, std::uint64_t seed) {
+  SeededRng rng(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = rng.gaussian();
+  return v;
+}
+
+// The per-token pieces a decode step runs between its products, on one thread.
+void run_rms_norm(benchmark::State& state, std::size_t n) {
+  std::vector<float> x = gaussian(n, 5);
+  const std::vector<float> w = gaussian(n, 6);
+  std::vector<float> out(n);
+  for (auto _ : state) {
+    rms_norm(x.data(), w.data(), out.data(), n, 1e-5F);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+}
+
+void run_to_f16(benchmark::State& state, const VecOps& ops, std::size_t n) {
+  const std::vector<float> x = gaussian(n, 7);
+  std::vector<std::uint16_t> out(n);
+  for (auto _ : state) {
+    ops.to_f16(x.data(), out.data(), n);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+}
+
+void run_argmax(benchmark::State& state, const VecOps& ops, std::size_t n) {
+  const std::vector<float> x = gaussian(n, 8);
+  for (auto _ : state) benchmark::DoNotOptimize(ops.argmax(x.data(), n));
+}
+
 void register_all() {
   const CpuFeatures& cpu = host_cpu();
   for (int l = static_cast<int>(IsaLevel::avx2); l <= std::min(static_cast<int>(max_supported_level(cpu)), static_cast<int>(IsaLevel::avx512)); ++l) {
@@ -205,6 +241,14 @@ void register_all() {
                                    [=](benchmark::State& s) { run_attention(s, level, len); })
           ->Unit(benchmark::kMicrosecond);
     }
+  }
+  benchmark::RegisterBenchmark("rms_norm/n:2048", [](benchmark::State& s) { run_rms_norm(s, 2048); })->Unit(benchmark::kNanosecond);
+  for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
+    const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
+    benchmark::RegisterBenchmark(fmt::format("to_f16/{}/n:256", ops.name).c_str(), [&ops](benchmark::State& s) { run_to_f16(s, ops, 256); })
+        ->Unit(benchmark::kNanosecond);
+    benchmark::RegisterBenchmark(fmt::format("argmax/{}/n:32000", ops.name).c_str(), [&ops](benchmark::State& s) { run_argmax(s, ops, 32000); })
+        ->Unit(benchmark::kMicrosecond);
   }
   const IsaLevel best = max_supported_level(host_cpu());
   for (GgmlType type : weight_formats()) {
