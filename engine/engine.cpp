@@ -401,8 +401,8 @@ void Engine::store_token(int l, const StepToken& token, int position, std::size_
       for (std::size_t i = 0; i < hd; ++i) kf[i * kKvBlockTokens] = kg[i];
       std::memcpy(vc, vg, hd * sizeof(float));
     } else {
-      // Converted with the vector kernels: one at a time, the conversions were a tenth of the
-      // per-token work between a decode step's products.
+      // Converted with the vector kernels: one at a time, the conversions took 1.4% of a
+      // TinyLlama decode's samples at eight users.
       auto* kh = reinterpret_cast<std::uint16_t*>(kb) + slot;
       std::uint16_t key[kMaxHeadDim];
       vec_.to_f16(kg, key, hd);
