@@ -10,7 +10,6 @@
 
 #include "engine/ops.h"
 #include "kernels/formats.h"
-#include "kernels/half.h"
 #include "probes/error.h"
 
 namespace infercast {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "kernels/vec.h"
 #include "probes/bandwidth.h"
 #include "probes/error.h"
 #include "probes/random.h"
@@ -33,7 +34,7 @@ std::vector<int> synthetic_prompt(const ModelConfig& cfg, const RunOptions& o, i
 }  // namespace
 
 int argmax(const float* logits, int vocab) {
-  return static_cast<int>(std::max_element(logits, logits + vocab) - logits);
+  return static_cast<int>(argmax_reference(logits, static_cast<std::size_t>(vocab)));
 }
 
 std::uint64_t peak_rss_bytes() {

@@ -88,7 +88,8 @@ struct RunSeries {
 // Throws UsageError unless 1 <= repetitions <= 100, and for what run_model refuses.
 RunSeries run_series(const Model& model, const RunOptions& options, const Tokenizer* tokenizer, int repetitions);
 
-// Index of the largest logit (the lowest index among ties): greedy decoding.
+// Index of the largest logit (the lowest index among ties): greedy decoding, as
+// Engine::greedy_token gives it with the vector kernels.
 int argmax(const float* logits, int vocab);
 
 std::uint64_t peak_rss_bytes();
