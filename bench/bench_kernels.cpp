@@ -4,11 +4,13 @@
 // multiply-add. For DRAM-resident figures against the roofline use `infercast kernels`, which
 // cycles through weights far larger than the last-level cache. Also one attention task per ISA
 // level (the vector primitives of kernels/vec.h on one thread, cache-resident): what a decode
-// step pays per KV head and token once the cache lines have arrived. And the AMX kernels' decode
-// of a 16-row group into tile rows from each layout (`amx_decode/...`, one core, in cache): plain
-// AVX-512, so any AVX-512 machine measures what an AMX machine pays for it. And the activation
-// quantizers (`quantize_act/...`, one core, in cache): a GEMV quantizes its input row on one
-// thread while the others wait, so at a decode step's small matrices this is part of its time.
+// step pays per KV head and token once the cache lines have arrived; and that task with its
+// keys and values in DRAM (`attention_dram/...`), what it pays when they have not. And the AMX
+// kernels' decode of a 16-row group into tile rows from each layout (`amx_decode/...`, one
+// core, in cache): plain AVX-512, so any AVX-512 machine measures what an AMX machine pays for
+// it. And the activation quantizers (`quantize_act/...`, one core, in cache): a GEMV quantizes
+// its input row on one thread while the others wait, so at a decode step's small matrices this
+// is part of its time.
 #include <benchmark/benchmark.h>
 
 #include <fmt/format.h>
@@ -28,6 +30,7 @@
 #include "kernels/half.h"
 #include "kernels/interleave.h"
 #include "kernels/simd_quantize.h"
+#include "probes/memory.h"
 #include "kernels/vec.h"
 #include "probes/random.h"
 #include "probes/topology.h"
@@ -89,26 +92,37 @@ void run_gemm(benchmark::State& state, GgmlType type, IsaLevel level, WeightLayo
 }
 
 // One (token, KV head) task as the engine runs it: eight query heads of size 64 against `len`
-// cached positions in F16, keys in the column layout, values in rows, block by block.
-void run_attention(benchmark::State& state, IsaLevel level, std::size_t len) {
+// cached positions in F16, keys in the column layout, values in rows, block by block. With
+// `footprint` bytes, each iteration takes the next of as many tasks' keys and values as fill it
+// (huge pages, as the engine's pool), so a footprint beyond the last-level cache gives a task
+// whose lines come from DRAM, as a decode step's do once the weights have streamed through.
+void run_attention(benchmark::State& state, IsaLevel level, std::size_t len, std::size_t footprint = 0) {
   const VecOps& ops = vec_ops(level);
   constexpr std::size_t kHeads = 8;
   constexpr std::size_t kDim = 64;
   const std::size_t blocks = (len + kKeyBlock - 1) / kKeyBlock;
-  std::vector<std::uint16_t> keys(blocks * kKeyBlock * kDim), values(keys.size());
-  for (std::size_t i = 0; i < keys.size(); ++i) {
+  const std::size_t per_task = blocks * kKeyBlock * kDim;  // elements of keys, and of values
+  const std::size_t tasks = std::max<std::size_t>(1, footprint / (2 * per_task * sizeof(std::uint16_t)));
+  PageBuffer cache(2 * tasks * per_task * sizeof(std::uint16_t));
+  auto* keys = cache.as<std::uint16_t>();
+  std::uint16_t* values = keys + tasks * per_task;
+  for (std::size_t i = 0; i < tasks * per_task; ++i) {
     keys[i] = fp32_to_fp16(0.01F * static_cast<float>(i % 97) - 0.5F);
     values[i] = fp32_to_fp16(0.02F * static_cast<float>(i % 89) - 0.9F);
   }
   std::vector<float> q(kHeads * kDim, 0.03F), scores(kHeads * len), out(kHeads * kDim);
-  const auto block = [](const std::vector<std::uint16_t>& cache) {
-    return [&cache](std::size_t b) { return &cache[b * kKeyBlock * kDim]; };
-  };
+  std::size_t task = 0;
   for (auto _ : state) {
-    attend<std::uint16_t>(ops, q.data(), kHeads, kDim, len, 0.125F, block(keys), block(values), scores.data(), out.data());
+    const std::uint16_t* k = keys + task * per_task;
+    const std::uint16_t* v = values + task * per_task;
+    attend<std::uint16_t>(
+        ops, q.data(), kHeads, kDim, len, 0.125F, [k](std::size_t b) { return k + b * kKeyBlock * kDim; },
+        [v](std::size_t b) { return v + b * kKeyBlock * kDim; }, scores.data(), out.data());
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
+    task = task + 1 == tasks ? 0 : task + 1;
   }
+  if (footprint > 0) state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * per_task * sizeof(std::uint16_t)));
   // Scores and the weighted sum: 2 x 2 x heads x positions x head size.
   state.counters["gflops"] = benchmark::Counter(4.0 * kHeads * kDim * static_cast<double>(len) * static_cast<double>(state.iterations()) / 1e9,
                                                 benchmark::Counter::kIsRate);
@@ -242,6 +256,11 @@ void register_all() {
           ->Unit(benchmark::kMicrosecond);
     }
   }
+  // The same task from DRAM at the best level: 256 MiB of keys and values, eight times the
+  // largest last-level cache these hosts had.
+  benchmark::RegisterBenchmark(fmt::format("attention_dram/{}/positions:512", to_string(max_supported_level(host_cpu()))).c_str(),
+                               [](benchmark::State& s) { run_attention(s, max_supported_level(host_cpu()), 512, std::size_t{256} << 20); })
+      ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("rms_norm/n:2048", [](benchmark::State& s) { run_rms_norm(s, 2048); })->Unit(benchmark::kNanosecond);
   for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
     const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
