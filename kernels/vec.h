@@ -48,6 +48,8 @@ struct VecOps {
 
 // Positions per block of cached keys: one 512-bit vector of F32 scores.
 inline constexpr std::size_t kKeyBlock = 16;
+// How many blocks ahead attend asks for a block's keys and values.
+inline constexpr std::size_t kPrefetchBlocks = 2;
 
 // pass.template operator()<H>(h) over the heads in passes of four, then one pass of the three,
 // two or one left: the vector kernels keep H heads' accumulators in registers.
@@ -118,6 +120,20 @@ void attend(const VecOps& ops, const float* q, std::size_t heads, std::size_t n,
     for (std::size_t at = 0; at < count * n * sizeof(T); at += 64) __builtin_prefetch(values + at, 0, 2);
     // All query heads of the group in one call: each key is loaded once for all of them.
     const T* keys = key_block(j0 / kKeyBlock);
+    // Two blocks on, keys into L1 and values into L2 while these scores are computed: with the
+    // keys of a task loaded on demand, a task at 512 positions whose lines came from DRAM ran at
+    // 5-8 GB/s. Asked for here, attention took 0.80x the time in a TinyLlama decode after a
+    // 512-token prompt (median of eight alternated pairs), and the task from DRAM
+    // (`attention_dram` in bench/bench_kernels.cpp) 0.89x (docs/PERFORMANCE.md, thirty-fifth
+    // session).
+    if (j0 + kPrefetchBlocks * kKeyBlock < len) {
+      const auto* next_keys = reinterpret_cast<const char*>(key_block(j0 / kKeyBlock + kPrefetchBlocks));
+      const auto* next_values = reinterpret_cast<const char*>(value_block(j0 / kKeyBlock + kPrefetchBlocks));
+      for (std::size_t at = 0; at < kKeyBlock * n * sizeof(T); at += 64) {
+        __builtin_prefetch(next_keys + at, 0, 3);
+        __builtin_prefetch(next_values + at, 0, 2);
+      }
+    }
     if constexpr (kF32) {
       ops.dot_keys_f32(keys, count, q, heads, n, scale, scores + j0, len);
     } else {
