@@ -120,12 +120,12 @@ void attend(const VecOps& ops, const float* q, std::size_t heads, std::size_t n,
     for (std::size_t at = 0; at < count * n * sizeof(T); at += 64) __builtin_prefetch(values + at, 0, 2);
     // All query heads of the group in one call: each key is loaded once for all of them.
     const T* keys = key_block(j0 / kKeyBlock);
-    // Two blocks on, keys into L1 and values into L2 while these scores are computed: with the
-    // keys of a task loaded on demand, a task at 512 positions whose lines came from DRAM ran at
-    // 5-8 GB/s. Asked for here, attention took 0.80x the time in a TinyLlama decode after a
-    // 512-token prompt (median of eight alternated pairs), and the task from DRAM
-    // (`attention_dram` in bench/bench_kernels.cpp) 0.89x (docs/PERFORMANCE.md, thirty-fifth
-    // session).
+    // Two blocks on (kPrefetchBlocks), keys into L1 and values into L2 while these scores are
+    // computed: with the keys of a task loaded on demand, a task at 512 positions whose lines
+    // came from DRAM ran at 5-10 GB/s. Asked for here, attention took 0.80x the time in a
+    // TinyLlama decode after a 512-token prompt (median of eight alternated pairs), and the task
+    // from DRAM (`attention_dram` in bench/bench_kernels.cpp) 0.89x (docs/PERFORMANCE.md,
+    // thirty-fifth session).
     if (j0 + kPrefetchBlocks * kKeyBlock < len) {
       const auto* next_keys = reinterpret_cast<const char*>(key_block(j0 / kKeyBlock + kPrefetchBlocks));
       const auto* next_values = reinterpret_cast<const char*>(value_block(j0 / kKeyBlock + kPrefetchBlocks));
