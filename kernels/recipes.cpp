@@ -13,12 +13,14 @@ namespace infercast {
 namespace {
 
 // Both recipes keep the output head and the value and down projections of the sensitive layers
-// at Q6_K; the rest takes the base type (llama.cpp's choice for dense llama-family models).
+// at Q6_K; the rest takes the base type (llama.cpp's choice for dense llama-family models, whose
+// down rule covers the experts' and the shared experts' down projections too).
 constexpr std::array kQ4KMRules = {
     RecipeRule{"output.weight", LayerSelector::all, GgmlType::q6_k},
     RecipeRule{"attn_v.weight", LayerSelector::more_bits, GgmlType::q6_k},
     RecipeRule{"ffn_down.weight", LayerSelector::more_bits, GgmlType::q6_k},
     RecipeRule{"ffn_down_exps.weight", LayerSelector::more_bits, GgmlType::q6_k},
+    RecipeRule{"ffn_down_shexp.weight", LayerSelector::more_bits, GgmlType::q6_k},
 };
 constexpr std::array kQ5KMRules = kQ4KMRules;
 
@@ -27,8 +29,17 @@ const std::array kRecipes = {
     Recipe{"Q5_K_M", GgmlType::q5_k, kQ5KMRules},
 };
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+// "blk.12.attn_v.weight" -> "attn_v.weight"; names outside the blocks are returned whole. Rules
+// compare whole names: a suffix match let "output.weight" claim every "blk.N.attn_output.weight".
+std::string_view name_in_block(std::string_view name) {
+  constexpr std::string_view prefix = "blk.";
+  if (name.substr(0, prefix.size()) != prefix) return name;
+  const std::size_t dot = name.find('.', prefix.size());
+  if (dot == std::string_view::npos || dot == prefix.size()) return name;
+  for (std::size_t i = prefix.size(); i < dot; ++i) {
+    if (name[i] < '0' || name[i] > '9') return name;
+  }
+  return name.substr(dot + 1);
 }
 
 }  // namespace
@@ -50,8 +61,9 @@ const Recipe* find_recipe(std::string_view name) {
 
 GgmlType recipe_type(const Recipe& recipe, std::string_view tensor_name, bool is_matrix, int layer, int layers) {
   if (!is_matrix) return GgmlType::f32;
+  const std::string_view name = name_in_block(tensor_name);
   for (const auto& rule : recipe.rules) {
-    if (!ends_with(tensor_name, rule.tensor_suffix)) continue;
+    if (name != rule.tensor) continue;
     if (rule.layers == LayerSelector::all || uses_more_bits(layer, layers)) return rule.type;
   }
   return recipe.base;

@@ -18,7 +18,7 @@ enum class LayerSelector {
 };
 
 struct RecipeRule {
-  std::string_view tensor_suffix;  // matched against the end of the GGUF tensor name
+  std::string_view tensor;  // the GGUF tensor name without its "blk.N." prefix, matched whole
   LayerSelector layers;
   GgmlType type;
 };

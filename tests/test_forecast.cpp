@@ -108,11 +108,18 @@ TEST(Quantization, SizesComeFromTheBlockLayouts) {
   // Every matrix Q8_0 (34 bytes per 32 weights), norms F32.
   EXPECT_EQ(q8.total_bytes(), (q8.total_parameters() - q8.vector_parameters) / 32 * 34 + q8.vector_bytes);
   const WeightInventory km = weight_inventory(a, parse_quantization("Q4_K_M"));
-  EXPECT_GT(km.bits_per_weight(), 4.7);  // Q4_K is 4.5; the recipe keeps some tensors at Q6_K
-  EXPECT_LT(km.bits_per_weight(), 5.1);
-  bool output_q6 = false;
-  for (const auto& m : km.matrices) output_q6 |= m.name == "output.weight" && m.type == GgmlType::q6_k;
-  EXPECT_TRUE(output_q6);
+  // llama.cpp's own Q4_K_M of this model: llama-bench reports 4.58 GiB and 8.03 B parameters,
+  // 4.89 bits per weight (Q4_K is 4.5; the recipe keeps the head and 16 blocks' value and down
+  // projections at Q6_K's 6.5625). With every attention output at Q6_K too it came to 4.70 GiB.
+  EXPECT_NEAR(static_cast<double>(km.total_bytes()) / (1ULL << 30), 4.58, 0.005);
+  EXPECT_NEAR(km.bits_per_weight(), 4.89, 0.01);
+  int q6_matrices = 0;
+  for (const auto& m : km.matrices) {
+    if (m.type != GgmlType::q6_k) continue;
+    ++q6_matrices;
+    EXPECT_TRUE(m.name == "output.weight" || m.name.ends_with(".attn_v.weight") || m.name.ends_with(".ffn_down.weight")) << m.name;
+  }
+  EXPECT_EQ(q6_matrices, 1 + 2 * 16);
   // Qwen2.5-0.5B's 896-wide rows cannot take 256-element K-quant blocks: they fall back.
   const WeightInventory qwen = weight_inventory(*find_catalog_model("qwen2.5-0.5b"), parse_quantization("Q4_K"));
   int fell_back = 0;

@@ -254,6 +254,13 @@ TEST(Recipes, Q4_K_MKeepsSensitiveTensorsAtQ6_K) {
   EXPECT_EQ(recipe_type(*r, "blk.31.ffn_down.weight", true, 31, 32), GgmlType::q6_k);  // last eighth
   EXPECT_EQ(recipe_type(*r, "blk.7.attn_q.weight", true, 7, 32), GgmlType::q4_k);
   EXPECT_EQ(recipe_type(*r, "blk.7.attn_norm.weight", false, 7, 32), GgmlType::f32);
+  // Whole names: the head's rule must not claim the attention output of every block.
+  EXPECT_EQ(recipe_type(*r, "blk.0.attn_output.weight", true, 0, 32), GgmlType::q4_k);
+  EXPECT_EQ(recipe_type(*r, "blk.9.attn_output.weight", true, 9, 32), GgmlType::q4_k);
+  EXPECT_EQ(recipe_type(*r, "blk.0.ffn_down_exps.weight", true, 0, 32), GgmlType::q6_k);
+  EXPECT_EQ(recipe_type(*r, "blk.0.ffn_down_shexp.weight", true, 0, 32), GgmlType::q6_k);
+  EXPECT_EQ(recipe_type(*r, "blk.7.ffn_down_shexp.weight", true, 7, 32), GgmlType::q4_k);
+  EXPECT_EQ(recipe_type(*r, "token_embd.weight", true, 0, 32), GgmlType::q4_k);
   EXPECT_EQ(find_recipe("Q5_K_M")->base, GgmlType::q5_k);
   EXPECT_EQ(find_recipe("Q3_K_S"), nullptr);
 }
