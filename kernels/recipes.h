@@ -10,17 +10,28 @@
 
 namespace infercast {
 
-// Which layers a rule covers.
+// Which tensors of the named kind a rule covers.
 enum class LayerSelector {
   all,
   // llama.cpp's "use more bits" layers: the first and last eighth, and every third in between.
   more_bits,
+  // Every block of a model with exactly eight experts (Mixtral's shape, which llama.cpp's
+  // quantizer singles out).
+  eight_experts,
+  // Every block of an 80-block model (llama.cpp's "70B" type: Llama 2 and 3.1 70B, Qwen2.5 72B).
+  eighty_blocks,
 };
 
 struct RecipeRule {
   std::string_view tensor;  // the GGUF tensor name without its "blk.N." prefix, matched whole
   LayerSelector layers;
   GgmlType type;
+};
+
+// What a recipe needs to know of the model besides a tensor's name.
+struct RecipeModel {
+  int layers = 0;   // blocks
+  int experts = 0;  // 0 for a dense model
 };
 
 struct Recipe {
@@ -33,8 +44,8 @@ std::span<const Recipe> recipes();
 const Recipe* find_recipe(std::string_view name);  // case-insensitive
 
 // The type a tensor gets under a recipe. `layer` is the block index (ignored for tensors outside
-// the blocks), `layers` the block count. 1-D tensors (norms) are always F32.
-GgmlType recipe_type(const Recipe& recipe, std::string_view tensor_name, bool is_matrix, int layer, int layers);
+// the blocks). 1-D tensors (norms) are always F32.
+GgmlType recipe_type(const Recipe& recipe, std::string_view tensor_name, bool is_matrix, int layer, RecipeModel model);
 
 bool uses_more_bits(int layer, int layers);
 
@@ -48,8 +59,9 @@ struct Quantization {
 Quantization parse_quantization(std::string_view name);
 
 // The type a weight matrix gets. Rows whose length the chosen format's block does not divide
-// fall back to Q8_0, then F16 (llama.cpp falls back too, e.g. for Qwen's 896-wide rows under
-// K-quants).
-GgmlType matrix_type(const Quantization& q, std::string_view tensor_name, int layer, int layers, std::uint64_t cols);
+// fall back to Q8_0, then F16. llama.cpp falls back too (Qwen's 896-wide rows under K-quants),
+// but from Q4_K to Q5_0 and from Q5_K to Q5_1, formats without kernels here, so such matrices
+// come out larger than in its files.
+GgmlType matrix_type(const Quantization& q, std::string_view tensor_name, int layer, RecipeModel model, std::uint64_t cols);
 
 }  // namespace infercast

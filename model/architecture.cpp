@@ -185,6 +185,7 @@ double WeightInventory::bits_per_weight() const {
 
 WeightInventory weight_inventory(const Architecture& a, const Quantization& quant) {
   WeightInventory inv;
+  const RecipeModel recipe_model{a.layers, a.moe.experts};
   const auto dim = static_cast<std::uint64_t>(a.dim);
   const auto vectors = [&](std::uint64_t n) {
     inv.vector_bytes += 4 * n;
@@ -192,7 +193,7 @@ WeightInventory weight_inventory(const Architecture& a, const Quantization& quan
   };
   const auto add = [&](std::string name, int layer, std::uint64_t rows, std::uint64_t cols, MatrixRole role, int copies = 1) {
     MatrixInfo m;
-    m.type = role == MatrixRole::router ? GgmlType::f32 : matrix_type(quant, name, std::max(layer, 0), a.layers, cols);
+    m.type = role == MatrixRole::router ? GgmlType::f32 : matrix_type(quant, name, std::max(layer, 0), recipe_model, cols);
     m.name = std::move(name);
     m.rows = rows;
     m.cols = cols;
@@ -202,7 +203,7 @@ WeightInventory weight_inventory(const Architecture& a, const Quantization& quan
     inv.matrices.push_back(std::move(m));
   };
 
-  const GgmlType embd = matrix_type(quant, "token_embd.weight", 0, a.layers, dim);
+  const GgmlType embd = matrix_type(quant, "token_embd.weight", 0, recipe_model, dim);
   inv.embedding_parameters = static_cast<std::uint64_t>(a.vocab) * dim;
   inv.embedding_bytes = static_cast<std::uint64_t>(a.vocab) * format_info(embd).row_bytes(dim);
   const auto heads = static_cast<std::uint64_t>(a.heads);

@@ -120,6 +120,15 @@ TEST(Quantization, SizesComeFromTheBlockLayouts) {
     EXPECT_TRUE(m.name == "output.weight" || m.name.ends_with(".attn_v.weight") || m.name.ends_with(".ffn_down.weight")) << m.name;
   }
   EXPECT_EQ(q6_matrices, 1 + 2 * 16);
+  // Two more of llama.cpp's files (bartowski's quantizations; sizes in GB with a few MB of
+  // metadata besides the tensors): an 80-block model's values and an eight-expert model's keys,
+  // values and attention outputs follow their own rules.
+  const auto gb = [](const char* name, const char* quant) {
+    return static_cast<double>(weight_inventory(*find_catalog_model(name), parse_quantization(quant)).total_bytes()) / 1e9;
+  };
+  EXPECT_NEAR(gb("llama-3.1-70b", "Q4_K_M"), 42.52, 0.015);
+  EXPECT_NEAR(gb("mixtral-8x22b", "Q4_K_M"), 85.58, 0.015);
+  EXPECT_NEAR(gb("mixtral-8x22b", "Q5_K_M"), 99.96, 0.015);
   // Qwen2.5-0.5B's 896-wide rows cannot take 256-element K-quant blocks: they fall back.
   const WeightInventory qwen = weight_inventory(*find_catalog_model("qwen2.5-0.5b"), parse_quantization("Q4_K"));
   int fell_back = 0;

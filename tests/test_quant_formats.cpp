@@ -246,21 +246,35 @@ TEST(SimdQuantizer, Avx512MatchesReference) {
 TEST(Recipes, Q4_K_MKeepsSensitiveTensorsAtQ6_K) {
   const Recipe* r = find_recipe("q4_k_m");
   ASSERT_NE(r, nullptr);
-  EXPECT_EQ(recipe_type(*r, "output.weight", true, 0, 32), GgmlType::q6_k);
-  EXPECT_EQ(recipe_type(*r, "blk.0.attn_v.weight", true, 0, 32), GgmlType::q6_k);   // first eighth
-  EXPECT_EQ(recipe_type(*r, "blk.5.attn_v.weight", true, 5, 32), GgmlType::q4_k);   // (5-4) % 3 == 1
-  EXPECT_EQ(recipe_type(*r, "blk.6.ffn_down.weight", true, 6, 32), GgmlType::q6_k); // (6-4) % 3 == 2
-  EXPECT_EQ(recipe_type(*r, "blk.7.ffn_down.weight", true, 7, 32), GgmlType::q4_k);
-  EXPECT_EQ(recipe_type(*r, "blk.31.ffn_down.weight", true, 31, 32), GgmlType::q6_k);  // last eighth
-  EXPECT_EQ(recipe_type(*r, "blk.7.attn_q.weight", true, 7, 32), GgmlType::q4_k);
-  EXPECT_EQ(recipe_type(*r, "blk.7.attn_norm.weight", false, 7, 32), GgmlType::f32);
+  EXPECT_EQ(recipe_type(*r, "output.weight", true, 0, {32, 0}), GgmlType::q6_k);
+  EXPECT_EQ(recipe_type(*r, "blk.0.attn_v.weight", true, 0, {32, 0}), GgmlType::q6_k);   // first eighth
+  EXPECT_EQ(recipe_type(*r, "blk.5.attn_v.weight", true, 5, {32, 0}), GgmlType::q4_k);   // (5-4) % 3 == 1
+  EXPECT_EQ(recipe_type(*r, "blk.6.ffn_down.weight", true, 6, {32, 0}), GgmlType::q6_k); // (6-4) % 3 == 2
+  EXPECT_EQ(recipe_type(*r, "blk.7.ffn_down.weight", true, 7, {32, 0}), GgmlType::q4_k);
+  EXPECT_EQ(recipe_type(*r, "blk.31.ffn_down.weight", true, 31, {32, 0}), GgmlType::q6_k);  // last eighth
+  EXPECT_EQ(recipe_type(*r, "blk.7.attn_q.weight", true, 7, {32, 0}), GgmlType::q4_k);
+  EXPECT_EQ(recipe_type(*r, "blk.7.attn_norm.weight", false, 7, {32, 0}), GgmlType::f32);
   // Whole names: the head's rule must not claim the attention output of every block.
-  EXPECT_EQ(recipe_type(*r, "blk.0.attn_output.weight", true, 0, 32), GgmlType::q4_k);
-  EXPECT_EQ(recipe_type(*r, "blk.9.attn_output.weight", true, 9, 32), GgmlType::q4_k);
-  EXPECT_EQ(recipe_type(*r, "blk.0.ffn_down_exps.weight", true, 0, 32), GgmlType::q6_k);
-  EXPECT_EQ(recipe_type(*r, "blk.0.ffn_down_shexp.weight", true, 0, 32), GgmlType::q6_k);
-  EXPECT_EQ(recipe_type(*r, "blk.7.ffn_down_shexp.weight", true, 7, 32), GgmlType::q4_k);
-  EXPECT_EQ(recipe_type(*r, "token_embd.weight", true, 0, 32), GgmlType::q4_k);
+  EXPECT_EQ(recipe_type(*r, "blk.0.attn_output.weight", true, 0, {32, 0}), GgmlType::q4_k);
+  EXPECT_EQ(recipe_type(*r, "blk.9.attn_output.weight", true, 9, {32, 0}), GgmlType::q4_k);
+  EXPECT_EQ(recipe_type(*r, "blk.0.ffn_down_exps.weight", true, 0, {32, 0}), GgmlType::q6_k);
+  EXPECT_EQ(recipe_type(*r, "blk.0.ffn_down_shexp.weight", true, 0, {32, 0}), GgmlType::q6_k);
+  EXPECT_EQ(recipe_type(*r, "blk.7.ffn_down_shexp.weight", true, 7, {32, 0}), GgmlType::q4_k);
+  EXPECT_EQ(recipe_type(*r, "token_embd.weight", true, 0, {32, 0}), GgmlType::q4_k);
+  // Eight experts: keys and values at Q8_0 over the sensitive-layer rule, the output at Q5_K.
+  EXPECT_EQ(recipe_type(*r, "blk.0.attn_v.weight", true, 0, {32, 8}), GgmlType::q8_0);
+  EXPECT_EQ(recipe_type(*r, "blk.5.attn_k.weight", true, 5, {32, 8}), GgmlType::q8_0);
+  EXPECT_EQ(recipe_type(*r, "blk.5.attn_output.weight", true, 5, {32, 8}), GgmlType::q5_k);
+  EXPECT_EQ(recipe_type(*r, "blk.5.attn_k.weight", true, 5, {32, 128}), GgmlType::q4_k);
+  // 80 blocks: the values outside the sensitive layers at Q5_K.
+  EXPECT_EQ(recipe_type(*r, "blk.11.attn_v.weight", true, 11, {80, 0}), GgmlType::q5_k);  // (11-10) % 3 == 1
+  EXPECT_EQ(recipe_type(*r, "blk.12.attn_v.weight", true, 12, {80, 0}), GgmlType::q6_k);  // (12-10) % 3 == 2
+  EXPECT_EQ(recipe_type(*r, "blk.11.attn_q.weight", true, 11, {80, 0}), GgmlType::q4_k);
+  const Recipe* r5 = find_recipe("Q5_K_M");
+  EXPECT_EQ(recipe_type(*r5, "blk.5.attn_output.weight", true, 5, {32, 8}), GgmlType::q5_k);
+  EXPECT_EQ(recipe_type(*r5, "blk.5.attn_v.weight", true, 5, {32, 8}), GgmlType::q8_0);
+  EXPECT_EQ(recipe_type(*r5, "blk.11.attn_v.weight", true, 11, {80, 0}), GgmlType::q5_k);
+  EXPECT_EQ(recipe_type(*r5, "blk.12.attn_v.weight", true, 12, {80, 0}), GgmlType::q6_k);
   EXPECT_EQ(find_recipe("Q5_K_M")->base, GgmlType::q5_k);
   EXPECT_EQ(find_recipe("Q3_K_S"), nullptr);
 }
