@@ -240,6 +240,24 @@ nlohmann::json to_json(const Forecast& f, const std::optional<double>& accuracy)
   return j;
 }
 
+nlohmann::json to_json(const std::vector<WeightInventory::StandIn>& stand_ins) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& s : stand_ins) {
+    j.push_back({{"format", ggml_type_geometry(s.type)->name}, {"measured_as", format_info(s.measured_as).name},
+                 {"parameter_share", s.parameter_share}});
+  }
+  return j;
+}
+
+// One line per type without kernels here: the forecast's speed and accuracy for it are another
+// format's, and the reader should know how much of the model that covers.
+void print_stand_ins(const std::vector<WeightInventory::StandIn>& stand_ins) {
+  for (const auto& s : stand_ins) {
+    fmt::print("  {} ({:.1f}% of the matrix weights) has no kernels here: forecast with {}'s measured speed per byte and accuracy\n",
+               ggml_type_geometry(s.type)->name, 100 * s.parameter_share, format_info(s.measured_as).name);
+  }
+}
+
 void print_forecast(const Forecast& f, const std::optional<double>& accuracy, double target) {
   fmt::print("\n{} {}: {} parameters ({} active), {} of weights, {:.2f} bits/weight{}\n", f.model, f.quant, format_count(f.parameters),
              format_count(f.active_parameters), format_size(static_cast<std::uint64_t>(f.weight_bytes)), f.bits_per_weight,
@@ -296,8 +314,13 @@ void predict(const PredictArgs& a) {
     const auto perf = performance_for(machine, refs, devices);
     const Forecast f = forecast(input.arch, inv, quant, machine.hardware, *perf, load, devices);
     const double accuracy = output_error(inv);
+    const auto stand_ins = inv.stand_ins();
     nlohmann::json j = to_json(f, accuracy);
-    if (!a.json) print_forecast(f, accuracy, a.target);
+    j["stand_in_formats"] = to_json(stand_ins);
+    if (!a.json) {
+      print_forecast(f, accuracy, a.target);
+      print_stand_ins(stand_ins);
+    }
     const CostInputs own_cost = cost_inputs(machine.hardware, a, devices, true);
     nlohmann::json comparisons = nlohmann::json::array();
     for (const auto& name : compare) {

@@ -28,12 +28,7 @@ constexpr std::uint64_t kMaxNameBytes = 4096;
 
 // Block geometry of every ggml type, so any GGUF file can be read and sized; the kernels decide
 // later which of them they can compute with.
-struct TypeGeometry {
-  std::uint32_t block_elems;
-  std::uint32_t block_bytes;
-  std::string_view name;
-};
-constexpr std::array<TypeGeometry, 31> kGeometry = {{
+constexpr std::array<GgmlTypeGeometry, 31> kGeometry = {{
     {1, 4, "F32"},       {1, 2, "F16"},      {32, 18, "Q4_0"},    {32, 20, "Q4_1"},   {0, 0, ""},
     {0, 0, ""},          {32, 22, "Q5_0"},   {32, 24, "Q5_1"},    {32, 34, "Q8_0"},   {32, 36, "Q8_1"},
     {256, 84, "Q2_K"},   {256, 110, "Q3_K"}, {256, 144, "Q4_K"},  {256, 176, "Q5_K"}, {256, 210, "Q6_K"},
@@ -43,11 +38,6 @@ constexpr std::array<TypeGeometry, 31> kGeometry = {{
     {1, 2, "BF16"},
 }};
 
-const TypeGeometry* geometry(GgmlType type) {
-  const auto raw = static_cast<std::uint32_t>(type);
-  if (raw >= kGeometry.size() || kGeometry[raw].block_elems == 0) return nullptr;
-  return &kGeometry[raw];
-}
 
 std::uint64_t align_up(std::uint64_t n, std::uint64_t alignment) { return (n + alignment - 1) / alignment * alignment; }
 
@@ -181,8 +171,14 @@ std::uint64_t GgufTensorInfo::elements() const {
   return n;
 }
 
+const GgmlTypeGeometry* ggml_type_geometry(GgmlType type) {
+  const auto raw = static_cast<std::uint32_t>(type);
+  if (raw >= kGeometry.size() || kGeometry[raw].block_elems == 0) return nullptr;
+  return &kGeometry[raw];
+}
+
 std::uint64_t tensor_bytes(GgmlType type, std::span<const std::uint64_t> dims, std::string_view name) {
-  const TypeGeometry* g = geometry(type);
+  const GgmlTypeGeometry* g = ggml_type_geometry(type);
   if (g == nullptr) throw UsageError(fmt::format("tensor '{}' has unknown ggml type {}", name, static_cast<std::uint32_t>(type)));
   if (dims.empty() || dims.size() > kMaxDims) throw UsageError(fmt::format("tensor '{}' has {} dimensions (1 to 4 allowed)", name, dims.size()));
   std::uint64_t elements = 1;

@@ -140,6 +140,15 @@ class GgufWriter {
   std::uint64_t alignment_ = 32;
 };
 
+// The block geometry of every ggml type a GGUF file may hold, whether or not infercast has
+// kernels for it (Q5_0, Q3_K, IQ4_XS, ...); nullptr for a type ggml does not define.
+struct GgmlTypeGeometry {
+  std::uint32_t block_elems;
+  std::uint32_t block_bytes;
+  std::string_view name;
+};
+const GgmlTypeGeometry* ggml_type_geometry(GgmlType type);
+
 // Bytes of a tensor of `type` and these dims; throws UsageError on overflow, an unsupported type
 // or a row length that is not a multiple of the block size.
 std::uint64_t tensor_bytes(GgmlType type, std::span<const std::uint64_t> dims, std::string_view name);

@@ -47,12 +47,18 @@ const float* vector_of(const GgufFile& f, const std::string& name, std::uint64_t
   return reinterpret_cast<const float*>(t->data);
 }
 
+void require_kernels(const GgufTensorInfo& t) {
+  if (is_known_type(static_cast<std::uint32_t>(t.type))) return;
+  const GgmlTypeGeometry* g = ggml_type_geometry(t.type);
+  throw UsageError(fmt::format("tensor '{}' is {}, a format infercast has no kernels for (supported: {}); `infercast predict` "
+                               "still forecasts the file",
+                               t.name, g != nullptr ? std::string(g->name) : fmt::format("ggml type {}", static_cast<std::uint32_t>(t.type)),
+                               weight_format_names()));
+}
+
 WeightView matrix_of(const GgufTensorInfo& t, std::uint64_t cols, std::uint64_t rows) {
   check_dims(t, {cols, rows});
-  if (!is_known_type(static_cast<std::uint32_t>(t.type))) {
-    throw UsageError(fmt::format("tensor '{}' is in a format infercast cannot compute with (ggml type {}); supported: {}",
-                                 t.name, static_cast<std::uint32_t>(t.type), weight_format_names()));
-  }
+  require_kernels(t);
   WeightView w = make_weight_view(t.type, t.data, rows, cols);
   validate_weights(w);
   return w;
@@ -60,9 +66,7 @@ WeightView matrix_of(const GgufTensorInfo& t, std::uint64_t cols, std::uint64_t 
 
 WeightView experts_of(const GgufTensorInfo& t, std::uint64_t cols, std::uint64_t rows, std::uint64_t experts) {
   check_dims(t, {cols, rows, experts});
-  if (!is_known_type(static_cast<std::uint32_t>(t.type))) {
-    throw UsageError(fmt::format("tensor '{}' is in a format infercast cannot compute with", t.name));
-  }
+  require_kernels(t);
   WeightView w = make_weight_view(t.type, t.data, rows * experts, cols);
   validate_weights(w);
   return w;

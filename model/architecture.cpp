@@ -140,7 +140,53 @@ Architecture architecture_from_gguf(const GgufFile& file, const std::string& nam
   return a;
 }
 
-std::uint64_t MatrixInfo::bytes_per_copy() const { return rows * format_info(type).row_bytes(cols); }
+std::optional<GgmlType> stand_in_format(GgmlType type) {
+  const GgmlTypeGeometry* g = ggml_type_geometry(type);
+  if (g == nullptr) return std::nullopt;
+  const auto formats = weight_formats();
+  if (std::find(formats.begin(), formats.end(), type) != formats.end()) return type;
+  const double bits = 8.0 * g->block_bytes / g->block_elems;
+  std::optional<GgmlType> best;
+  double best_gap = 0;
+  double best_bits = 0;
+  for (const GgmlType f : formats) {
+    const FormatInfo& info = format_info(f);
+    if (static_cast<std::uint32_t>(info.block_elems) != g->block_elems) continue;
+    const double gap = std::abs(info.bits_per_weight() - bits);
+    if (!best || gap < best_gap || (gap == best_gap && info.bits_per_weight() < best_bits)) {
+      best = f;
+      best_gap = gap;
+      best_bits = info.bits_per_weight();
+    }
+  }
+  return best;
+}
+
+GgmlType MatrixInfo::kernel_type() const {
+  const auto t = stand_in_format(type);
+  if (!t) throw UsageError(fmt::format("tensor '{}' has unknown ggml type {}", name, static_cast<std::uint32_t>(type)));
+  return *t;
+}
+
+std::uint64_t MatrixInfo::bytes_per_copy() const {
+  const GgmlTypeGeometry* g = ggml_type_geometry(type);
+  if (g == nullptr) throw UsageError(fmt::format("tensor '{}' has unknown ggml type {}", name, static_cast<std::uint32_t>(type)));
+  return rows * (cols / g->block_elems) * g->block_bytes;
+}
+
+std::vector<WeightInventory::StandIn> WeightInventory::stand_ins() const {
+  std::vector<StandIn> out;
+  double total = 0;
+  for (const auto& m : matrices) total += static_cast<double>(m.parameters());
+  for (const auto& m : matrices) {
+    const GgmlType measured = m.kernel_type();
+    if (measured == m.type) continue;
+    auto it = std::find_if(out.begin(), out.end(), [&](const StandIn& s) { return s.type == m.type; });
+    if (it == out.end()) it = out.insert(out.end(), StandIn{m.type, measured, 0});
+    it->parameter_share += static_cast<double>(m.parameters()) / total;
+  }
+  return out;
+}
 
 std::uint64_t WeightInventory::total_bytes() const {
   std::uint64_t b = embedding_bytes + vector_bytes;

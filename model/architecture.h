@@ -81,10 +81,21 @@ struct MatrixInfo {
   MatrixRole role = MatrixRole::attention;
   GgmlType type = GgmlType::f32;
 
+  // The format whose measured kernels (speed, accuracy) stand in for `type`: `type` itself, or
+  // for a type a GGUF file may hold but infercast has no kernels for, see stand_in_format.
+  [[nodiscard]] GgmlType kernel_type() const;
   [[nodiscard]] std::uint64_t bytes_per_copy() const;
   [[nodiscard]] std::uint64_t bytes() const { return bytes_per_copy() * static_cast<std::uint64_t>(copies); }
   [[nodiscard]] std::uint64_t parameters() const { return rows * cols * static_cast<std::uint64_t>(copies); }
 };
+
+// For a ggml type without kernels here (a llama.cpp file's Q5_0 fallbacks, Q4_1, Q3_K, IQ4_XS,
+// ...), the weight format with the same block length and the nearest bits per weight (the
+// lower of two as near): its decode loop is the nearest in shape and work per byte. Its
+// measured speed per byte and its accuracy then stand in; the type's own bytes are still
+// counted. Returns `type` itself for a weight format with kernels, nullopt for a type ggml does
+// not define.
+std::optional<GgmlType> stand_in_format(GgmlType type);
 
 // Every weight of a model under one quantization.
 struct WeightInventory {
@@ -104,6 +115,15 @@ struct WeightInventory {
   [[nodiscard]] double step_weight_bytes(const Architecture& a, double batch) const;
   // Bits per weight over the whole file.
   [[nodiscard]] double bits_per_weight() const;
+
+  // The matrices' types without kernels here, each with its stand-in and share of the matrix
+  // parameters; empty for a file of computable formats.
+  struct StandIn {
+    GgmlType type;
+    GgmlType measured_as;
+    double parameter_share;
+  };
+  [[nodiscard]] std::vector<StandIn> stand_ins() const;
 };
 
 // Whether the engine multiplies this matrix in the product call of the one before it, which

@@ -259,22 +259,23 @@ double matrix_seconds(const Calibration& c, const Architecture& a, const WeightI
   const double touched = a.is_moe() ? expected_experts_touched(a.moe.experts, a.moe.active, batch) : 0;
   double s = 0;
   for (const auto& m : w.matrices) {
+    const GgmlType type = m.kernel_type();
     if (m.role == MatrixRole::expert) {
       if (!(touched > 0)) continue;
       const double per_expert = batch * a.moe.active / touched;
-      s += touched * c.product_seconds(m.type, static_cast<double>(m.bytes_per_copy()), static_cast<double>(m.rows), per_expert, 0);
+      s += touched * c.product_seconds(type, static_cast<double>(m.bytes_per_copy()), static_cast<double>(m.rows), per_expert, 0);
       // Every touched expert's gate and up share one call, their down another: one start of
       // the threads (the per-call time at batch 1) and each expert's packing of its rows (what
       // the per-call time grows by with the batch).
       if (!shares_product_call(m)) {
-        const double start = c.seconds_per_call(m.type, 1);
-        s += start + touched * std::max(0.0, c.seconds_per_call(m.type, per_expert) - start);
+        const double start = c.seconds_per_call(type, 1);
+        s += start + touched * std::max(0.0, c.seconds_per_call(type, per_expert) - start);
       }
     } else if (m.role == MatrixRole::output) {
-      if (output_batch > 0) s += c.product_seconds(m.type, static_cast<double>(m.bytes()), static_cast<double>(m.rows), output_batch);
+      if (output_batch > 0) s += c.product_seconds(type, static_cast<double>(m.bytes()), static_cast<double>(m.rows), output_batch);
     } else {
       const double calls = shares_product_call(m) ? 0.0 : 1.0;
-      s += c.product_seconds(m.type, static_cast<double>(m.bytes()), static_cast<double>(m.rows), batch, calls);
+      s += c.product_seconds(type, static_cast<double>(m.bytes()), static_cast<double>(m.rows), batch, calls);
     }
   }
   return s;

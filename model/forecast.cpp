@@ -147,7 +147,7 @@ class DescribedPerformance final : public Performance {
       }
       const double per_copy_params = static_cast<double>(m.rows * m.cols);
       const double ops = 2.0 * per_copy_params * tokens;
-      s += product_seconds(m.type, bytes, ops, tokens / std::max(1.0, m.role == MatrixRole::expert ? touched : 1.0));
+      s += product_seconds(m.kernel_type(), bytes, ops, tokens / std::max(1.0, m.role == MatrixRole::expert ? touched : 1.0));
     }
     return s;
   }
@@ -522,7 +522,7 @@ int fewest_devices_holding(const Architecture& a, const WeightInventory& w, cons
 
 double output_error(const WeightInventory& w) {
   std::map<GgmlType, double> params;
-  for (const auto& m : w.matrices) params[m.type] += static_cast<double>(m.parameters());
+  for (const auto& m : w.matrices) params[m.kernel_type()] += static_cast<double>(m.parameters());
   std::vector<GgmlType> types;
   for (const auto& [t, p] : params) types.push_back(t);
   double sum = 0;

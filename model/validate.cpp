@@ -162,7 +162,8 @@ std::vector<GgmlType> formats_of(const std::vector<const PlannedModel*>& models)
   std::vector<GgmlType> types;
   for (const PlannedModel* m : models) {
     for (const auto& matrix : m->inventory.matrices) {
-      if (std::find(types.begin(), types.end(), matrix.type) == types.end()) types.push_back(matrix.type);
+      const GgmlType type = matrix.kernel_type();
+      if (std::find(types.begin(), types.end(), type) == types.end()) types.push_back(type);
     }
   }
   return types;
@@ -171,7 +172,7 @@ std::vector<GgmlType> formats_of(const std::vector<const PlannedModel*>& models)
 // The format of most of a model's bytes: the one whose read its decode follows.
 GgmlType largest_format(const WeightInventory& inventory) {
   std::map<GgmlType, double> bytes;
-  for (const auto& m : inventory.matrices) bytes[m.type] += static_cast<double>(m.bytes());
+  for (const auto& m : inventory.matrices) bytes[m.kernel_type()] += static_cast<double>(m.bytes());
   if (bytes.empty()) throw UsageError("a validated model has no weight matrices");
   return std::max_element(bytes.begin(), bytes.end(), [](const auto& a, const auto& b) { return a.second < b.second; })->first;
 }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -156,6 +158,70 @@ TEST(Quantization, AGeneratedFileHasExactlyTheForecastInventory) {
   EXPECT_EQ(from_file.total_bytes(), from_shape.total_bytes());
   EXPECT_EQ(from_file.total_parameters(), from_shape.total_parameters());
   EXPECT_EQ(from_file.active_matrix_parameters(a), from_shape.active_matrix_parameters(a));
+  std::filesystem::remove(path);
+}
+
+TEST(Quantization, FormatsWithoutKernelsTakeTheNearestFormatOfTheirBlockLength) {
+  const auto stand_in = [](std::uint32_t raw) { return stand_in_format(static_cast<GgmlType>(raw)); };
+  EXPECT_EQ(stand_in(6), GgmlType::q4_0);   // Q5_0, 5.5 bits: Q4_0 (4.5) over Q8_0 (8.5)
+  EXPECT_EQ(stand_in(3), GgmlType::q4_0);   // Q4_1
+  EXPECT_EQ(stand_in(7), GgmlType::q4_0);   // Q5_1, 6.0 bits
+  EXPECT_EQ(stand_in(9), GgmlType::q8_0);   // Q8_1
+  EXPECT_EQ(stand_in(11), GgmlType::q4_k);  // Q3_K
+  EXPECT_EQ(stand_in(23), GgmlType::q4_k);  // IQ4_XS, 4.25 bits
+  EXPECT_EQ(stand_in(20), GgmlType::q4_0);  // IQ4_NL, a 32-element block
+  EXPECT_EQ(stand_in(28), GgmlType::f32);   // F64
+  EXPECT_EQ(stand_in_format(GgmlType::q6_k), GgmlType::q6_k);
+  EXPECT_EQ(stand_in_format(GgmlType::bf16), GgmlType::bf16);
+  EXPECT_FALSE(stand_in(4));  // a number ggml retired
+  EXPECT_FALSE(stand_in(99));
+}
+
+// A llama.cpp file keeps some matrices in formats infercast has no kernels for (Q5_0 where a
+// K-quant's block does not divide the rows). The forecast counts their own bytes at the speed
+// of their stand-in.
+TEST(Quantization, AFileWithFormatsWithoutKernelsIsForecastWithStandIns) {
+  GenerateOptions g;
+  g.shape = llama_shape(2, 256, 512, 4, 2, 300);
+  g.quant = "Q8_0";
+  const std::string path = temp_path("stand_in.gguf");
+  generate_model(g, path);
+  {
+    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(io)), std::istreambuf_iterator<char>());
+    const std::string name = "blk.1.ffn_down.weight";
+    const auto at = std::search(bytes.begin(), bytes.end(), name.begin(), name.end());
+    ASSERT_NE(at, bytes.end());
+    // After the name: dimension count (u32), two dimensions (u64), then the type (u32).
+    const auto type_at = static_cast<std::streamoff>(at - bytes.begin()) + static_cast<std::streamoff>(name.size()) + 4 + 16;
+    const std::uint32_t q5_0 = 6;
+    io.seekp(type_at);
+    io.write(reinterpret_cast<const char*>(&q5_0), sizeof q5_0);  // smaller than the Q8_0 data: still inside the file
+  }
+  const GgufFile f = GgufFile::open(path);
+  const Architecture a = architecture_from_gguf(f, "tiny");
+  const WeightInventory w = weight_inventory(f, a);
+  const auto stand_ins = w.stand_ins();
+  ASSERT_EQ(stand_ins.size(), 1U);
+  EXPECT_EQ(static_cast<std::uint32_t>(stand_ins[0].type), 6U);
+  EXPECT_EQ(stand_ins[0].measured_as, GgmlType::q4_0);
+  double matrix_params = 0;
+  for (const auto& m : w.matrices) matrix_params += static_cast<double>(m.parameters());
+  EXPECT_NEAR(stand_ins[0].parameter_share, 256.0 * 512 / matrix_params, 1e-12);
+
+  Calibration c = synthetic_calibration(20, 0.0);
+  for (auto& point : c.curves[GgmlType::q4_0]) point.seconds_per_byte = 1 / 10e9;  // Q4_0 at half the speed
+  const auto p = measured_performance(c);
+  double expected = 0;
+  for (const auto& m : w.matrices) {
+    const bool down = m.name == "blk.1.ffn_down.weight";
+    if (down) {
+      EXPECT_EQ(m.bytes(), 256ULL * 512 / 32 * 22);  // Q5_0's own 22 bytes per 32 weights
+    }
+    expected += static_cast<double>(m.bytes()) / (down ? 10e9 : 20e9);
+  }
+  EXPECT_NEAR(p->matrix_seconds(a, w, 1, 1), expected, 1e-12);
+  EXPECT_GT(output_error(w), 0);
   std::filesystem::remove(path);
 }
 
