@@ -235,14 +235,17 @@ GenerateResult generate_model(const GenerateOptions& o, const std::string& path,
     });
   };
   const auto matrix = [&](const std::string& name, int layer, std::vector<std::uint64_t> dims, float deviation) {
-    const GgmlType type = matrix_type(quant, name, layer, RecipeModel{s.layers, s.experts}, dims[0]);
+    const GgmlType type = matrix_type(quant, name, layer, RecipeModel{s.layers, s.experts}, dims[0], Fallback::computable);
     add(name, type, std::move(dims), {deviation, 0.0F});
   };
   const auto norm = [&](const std::string& name, std::uint64_t n) { add(name, GgmlType::f32, {n}, {0.05F, 1.0F}); };
   const float in_dim = 1.0F / std::sqrt(static_cast<float>(dim));
   const float in_ffn = 1.0F / std::sqrt(static_cast<float>(ffn));
 
-  matrix("token_embd.weight", 0, {dim, vocab}, 1.0F);
+  // A tied table is also the output head, and takes the head's type, as in llama.cpp's files.
+  const GgmlType embd = matrix_type(quant, s.tied_embeddings ? "output.weight" : "token_embd.weight", 0,
+                                    RecipeModel{s.layers, s.experts}, dim, Fallback::computable);
+  add("token_embd.weight", embd, {dim, vocab}, {1.0F, 0.0F});
   for (int l = 0; l < s.layers; ++l) {
     const auto blk = [&](const char* suffix) { return fmt::format("blk.{}.{}", l, suffix); };
     norm(blk("attn_norm.weight"), dim);

@@ -110,10 +110,20 @@ Quantization parse_quantization(std::string_view name) {
   return q;
 }
 
-GgmlType matrix_type(const Quantization& q, std::string_view tensor_name, int layer, RecipeModel model, std::uint64_t cols) {
+GgmlType matrix_type(const Quantization& q, std::string_view tensor_name, int layer, RecipeModel model, std::uint64_t cols,
+                     Fallback fallback) {
   GgmlType t = q.recipe != nullptr ? recipe_type(*q.recipe, tensor_name, true, layer, model) : *q.format;
-  if (cols % static_cast<std::uint64_t>(format_info(t).block_elems) != 0) t = cols % kQk == 0 ? GgmlType::q8_0 : GgmlType::f16;
-  return t;
+  if (cols % static_cast<std::uint64_t>(format_info(t).block_elems) == 0) return t;
+  if (fallback == Fallback::llama_cpp) {
+    // ggml's numbers for the two legacy 5-bit formats, which have no kernels (nor enum names) here.
+    constexpr auto q5_0 = static_cast<GgmlType>(6);
+    constexpr auto q5_1 = static_cast<GgmlType>(7);
+    if (t == GgmlType::q4_k) t = q5_0;
+    if (t == GgmlType::q5_k) t = q5_1;
+    if (t == GgmlType::q6_k) t = GgmlType::q8_0;
+    if (cols % kQk == 0) return t;
+  }
+  return cols % kQk == 0 ? GgmlType::q8_0 : GgmlType::f16;
 }
 
 }  // namespace infercast

@@ -58,10 +58,19 @@ struct Quantization {
 // Throws UsageError for a name that is neither a weight format nor a recipe.
 Quantization parse_quantization(std::string_view name);
 
-// The type a weight matrix gets. Rows whose length the chosen format's block does not divide
-// fall back to Q8_0, then F16. llama.cpp falls back too (Qwen's 896-wide rows under K-quants),
-// but from Q4_K to Q5_0 and from Q5_K to Q5_1, formats without kernels here, so such matrices
-// come out larger than in its files.
-GgmlType matrix_type(const Quantization& q, std::string_view tensor_name, int layer, RecipeModel model, std::uint64_t cols);
+// Where a matrix's rows are not a whole number of its format's blocks (Qwen's 896-wide rows and
+// Qwen2.5-72B's 29568-wide down projections under K-quants), the format it falls back to.
+enum class Fallback {
+  // As llama.cpp's quantizer: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, then F16. Q5_0 and Q5_1
+  // have no kernels here: the forecast counts their bytes and takes a stand-in's speed
+  // (stand_in_format in model/architecture.h). What sizes catalog models like llama.cpp's files.
+  llama_cpp,
+  // Formats with kernels: Q8_0, then F16. What the model generator writes.
+  computable,
+};
+
+// The type a weight matrix gets.
+GgmlType matrix_type(const Quantization& q, std::string_view tensor_name, int layer, RecipeModel model, std::uint64_t cols,
+                     Fallback fallback);
 
 }  // namespace infercast

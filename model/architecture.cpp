@@ -239,7 +239,7 @@ WeightInventory weight_inventory(const Architecture& a, const Quantization& quan
   };
   const auto add = [&](std::string name, int layer, std::uint64_t rows, std::uint64_t cols, MatrixRole role, int copies = 1) {
     MatrixInfo m;
-    m.type = role == MatrixRole::router ? GgmlType::f32 : matrix_type(quant, name, std::max(layer, 0), recipe_model, cols);
+    m.type = role == MatrixRole::router ? GgmlType::f32 : matrix_type(quant, name, std::max(layer, 0), recipe_model, cols, Fallback::llama_cpp);
     m.name = std::move(name);
     m.rows = rows;
     m.cols = cols;
@@ -249,9 +249,12 @@ WeightInventory weight_inventory(const Architecture& a, const Quantization& quan
     inv.matrices.push_back(std::move(m));
   };
 
-  const GgmlType embd = matrix_type(quant, "token_embd.weight", 0, recipe_model, dim);
+  // A tied table is also the output head, and llama.cpp gives it the head's type.
+  const GgmlType embd = matrix_type(quant, a.tied_embeddings ? "output.weight" : "token_embd.weight", 0, recipe_model, dim,
+                                    Fallback::llama_cpp);
   inv.embedding_parameters = static_cast<std::uint64_t>(a.vocab) * dim;
-  inv.embedding_bytes = static_cast<std::uint64_t>(a.vocab) * format_info(embd).row_bytes(dim);
+  const GgmlTypeGeometry* embd_geometry = ggml_type_geometry(embd);
+  inv.embedding_bytes = static_cast<std::uint64_t>(a.vocab) * (dim / embd_geometry->block_elems) * embd_geometry->block_bytes;
   const auto heads = static_cast<std::uint64_t>(a.heads);
   const auto q_dim = heads * static_cast<std::uint64_t>(a.head_dim);
   const auto kv_dim = static_cast<std::uint64_t>(a.kv_heads) * static_cast<std::uint64_t>(a.head_dim);

@@ -129,6 +129,7 @@ TEST(Quantization, SizesComeFromTheBlockLayouts) {
     return static_cast<double>(weight_inventory(*find_catalog_model(name), parse_quantization(quant)).total_bytes()) / 1e9;
   };
   EXPECT_NEAR(gb("llama-3.1-70b", "Q4_K_M"), 42.52, 0.015);
+  EXPECT_NEAR(gb("llama-3.1-70b", "Q5_K_M"), 49.95, 0.015);
   EXPECT_NEAR(gb("mixtral-8x22b", "Q4_K_M"), 85.58, 0.015);
   EXPECT_NEAR(gb("mixtral-8x22b", "Q5_K_M"), 99.96, 0.015);
   // Qwen2.5-0.5B's 896-wide rows cannot take 256-element K-quant blocks: they fall back.
@@ -141,6 +142,29 @@ TEST(Quantization, SizesComeFromTheBlockLayouts) {
     }
   }
   EXPECT_GT(fell_back, 0);
+  // As llama.cpp's quantizer: Q4_K falls back to Q5_0, Q6_K to Q8_0, and a tied table takes the
+  // output head's type (Q6_K, which 896-wide rows make Q8_0).
+  const WeightInventory qwen_km = weight_inventory(*find_catalog_model("qwen2.5-0.5b"), parse_quantization("Q4_K_M"));
+  for (const auto& m : qwen_km.matrices) {
+    if (m.name == "blk.3.ffn_gate.weight" || m.name == "blk.3.attn_q.weight") {
+      EXPECT_EQ(static_cast<int>(m.type), 6) << m.name;
+    } else if (m.name == "blk.0.attn_v.weight" || m.name == "token_embd.weight") {
+      EXPECT_EQ(m.type, GgmlType::q8_0) << m.name;
+    } else if (m.name == "blk.3.ffn_down.weight") {
+      EXPECT_EQ(m.type, GgmlType::q4_k) << m.name;  // 4864 = 19 x 256
+    }
+  }
+  // Qwen2.5-72B's 29568-wide down projections: Q5_0 outside the sensitive layers, Q8_0 in them.
+  const WeightInventory qwen72 = weight_inventory(*find_catalog_model("qwen2.5-72b"), parse_quantization("Q4_K_M"));
+  int q5_0_downs = 0;
+  int q8_0_downs = 0;
+  for (const auto& m : qwen72.matrices) {
+    if (!m.name.ends_with(".ffn_down.weight")) continue;
+    q5_0_downs += static_cast<int>(m.type) == 6;
+    q8_0_downs += m.type == GgmlType::q8_0;
+  }
+  EXPECT_EQ(q5_0_downs, 40);
+  EXPECT_EQ(q8_0_downs, 40);
 }
 
 TEST(Quantization, AGeneratedFileHasExactlyTheForecastInventory) {
