@@ -38,7 +38,6 @@ constexpr std::array<GgmlTypeGeometry, 31> kGeometry = {{
     {1, 2, "BF16"},
 }};
 
-
 std::uint64_t align_up(std::uint64_t n, std::uint64_t alignment) { return (n + alignment - 1) / alignment * alignment; }
 
 std::size_t scalar_bytes(GgufType t) {

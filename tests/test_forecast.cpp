@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +17,7 @@
 #include "model/validate.h"
 #include "probes/error.h"
 #include "probes/stats.h"
+#include "tests/gguf_patch.h"
 #include "tests/temp_path.h"
 
 namespace infercast {
@@ -210,18 +209,7 @@ TEST(Quantization, AFileWithFormatsWithoutKernelsIsForecastWithStandIns) {
   g.quant = "Q8_0";
   const std::string path = temp_path("stand_in.gguf");
   generate_model(g, path);
-  {
-    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
-    std::vector<char> bytes((std::istreambuf_iterator<char>(io)), std::istreambuf_iterator<char>());
-    const std::string name = "blk.1.ffn_down.weight";
-    const auto at = std::search(bytes.begin(), bytes.end(), name.begin(), name.end());
-    ASSERT_NE(at, bytes.end());
-    // After the name: dimension count (u32), two dimensions (u64), then the type (u32).
-    const auto type_at = static_cast<std::streamoff>(at - bytes.begin()) + static_cast<std::streamoff>(name.size()) + 4 + 16;
-    const std::uint32_t q5_0 = 6;
-    io.seekp(type_at);
-    io.write(reinterpret_cast<const char*>(&q5_0), sizeof q5_0);  // smaller than the Q8_0 data: still inside the file
-  }
+  set_tensor_type(path, "blk.1.ffn_down.weight", 6);  // Q5_0: smaller than the Q8_0 data there
   const GgufFile f = GgufFile::open(path);
   const Architecture a = architecture_from_gguf(f, "tiny");
   const WeightInventory w = weight_inventory(f, a);
