@@ -242,9 +242,7 @@ GenerateResult generate_model(const GenerateOptions& o, const std::string& path,
   const float in_dim = 1.0F / std::sqrt(static_cast<float>(dim));
   const float in_ffn = 1.0F / std::sqrt(static_cast<float>(ffn));
 
-  // A tied table is also the output head, and takes the head's type, as in llama.cpp's files.
-  const GgmlType embd = matrix_type(quant, s.tied_embeddings ? "output.weight" : "token_embd.weight", 0,
-                                    RecipeModel{s.layers, s.experts}, dim, Fallback::computable);
+  const GgmlType embd = embedding_type(quant, s.tied_embeddings, RecipeModel{s.layers, s.experts}, dim, Fallback::computable);
   add("token_embd.weight", embd, {dim, vocab}, {1.0F, 0.0F});
   for (int l = 0; l < s.layers; ++l) {
     const auto blk = [&](const char* suffix) { return fmt::format("blk.{}.{}", l, suffix); };

@@ -126,4 +126,8 @@ GgmlType matrix_type(const Quantization& q, std::string_view tensor_name, int la
   return cols % kQk == 0 ? GgmlType::q8_0 : GgmlType::f16;
 }
 
+GgmlType embedding_type(const Quantization& q, bool tied, RecipeModel model, std::uint64_t dim, Fallback fallback) {
+  return matrix_type(q, tied ? "output.weight" : "token_embd.weight", 0, model, dim, fallback);
+}
+
 }  // namespace infercast

@@ -72,5 +72,8 @@ enum class Fallback {
 // The type a weight matrix gets.
 GgmlType matrix_type(const Quantization& q, std::string_view tensor_name, int layer, RecipeModel model, std::uint64_t cols,
                      Fallback fallback);
+// The token embedding table's type. A tied table is also the output head and takes the head's
+// type, as in llama.cpp's files.
+GgmlType embedding_type(const Quantization& q, bool tied, RecipeModel model, std::uint64_t dim, Fallback fallback);
 
 }  // namespace infercast

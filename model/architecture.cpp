@@ -249,9 +249,7 @@ WeightInventory weight_inventory(const Architecture& a, const Quantization& quan
     inv.matrices.push_back(std::move(m));
   };
 
-  // A tied table is also the output head, and llama.cpp gives it the head's type.
-  const GgmlType embd = matrix_type(quant, a.tied_embeddings ? "output.weight" : "token_embd.weight", 0, recipe_model, dim,
-                                    Fallback::llama_cpp);
+  const GgmlType embd = embedding_type(quant, a.tied_embeddings, recipe_model, dim, Fallback::llama_cpp);
   inv.embedding_parameters = static_cast<std::uint64_t>(a.vocab) * dim;
   const GgmlTypeGeometry* embd_geometry = ggml_type_geometry(embd);
   inv.embedding_bytes = static_cast<std::uint64_t>(a.vocab) * (dim / embd_geometry->block_elems) * embd_geometry->block_bytes;
