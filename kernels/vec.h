@@ -48,8 +48,10 @@ struct VecOps {
 
 // Positions per block of cached keys: one 512-bit vector of F32 scores.
 inline constexpr std::size_t kKeyBlock = 16;
-// How many blocks ahead attend asks for a block's keys and values.
-inline constexpr std::size_t kPrefetchBlocks = 2;
+// How many blocks ahead attend asks for keys (in the score pass) and values (in the value
+// pass). Each is asked for with the non-temporal hint, just before its one use: see attend.
+inline constexpr std::size_t kKeyPrefetchBlocks = 2;
+inline constexpr std::size_t kValuePrefetchBlocks = 4;
 
 // pass.template operator()<H>(h) over the heads in passes of four, then one pass of the three,
 // two or one left: the vector kernels keep H heads' accumulators in registers.
@@ -110,31 +112,27 @@ void attend(const VecOps& ops, const float* q, std::size_t heads, std::size_t n,
             float* exp_sum = nullptr) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, std::uint16_t>, "an F32 or F16 cache");
   constexpr bool kF32 = std::is_same_v<T, float>;
+  // A decode step's keys and values come from DRAM: the weights streamed since they were
+  // written. Each pass asks for its own stream a few blocks ahead with the non-temporal hint,
+  // the lines' only use following shortly. Asking for the values during the score pass into L2
+  // (T1) and the keys into L1 (T0) held a task from DRAM to 8-11 GB/s on one Zen 5 core; this
+  // way the task took 0.5-0.65x the time at 2048 positions and 0.6-0.8x at 512, and within
+  // 1.2x of the task from cache (`attention_dram` against `attention` in
+  // bench/bench_kernels.cpp, docs/PERFORMANCE.md, thirty-seventh session).
   for (std::size_t j0 = 0; j0 < len; j0 += kKeyBlock) {
     const std::size_t count = std::min(kKeyBlock, len - j0);
-    // The values of these positions are asked for now, to arrive while the scores and the
-    // softmax are computed. Loaded on demand after them, the value pass took most of
-    // attention's time in a decode at 512 positions; asked for here, attention took 0.82x the
-    // time (docs/PERFORMANCE.md, thirty-third session). Past the first kPrefetchBlocks blocks
-    // an earlier block has asked for them too (below), yet asking again is not wasted: without
-    // it the task from DRAM (`attention_dram`) took 1.10-1.12x the time, three rounds.
-    const auto* values = reinterpret_cast<const char*>(value_block(j0 / kKeyBlock));
-    for (std::size_t at = 0; at < count * n * sizeof(T); at += 64) __builtin_prefetch(values + at, 0, 2);
+    // The value pass asks for none of the first kValuePrefetchBlocks blocks: they are asked
+    // for here, into L2, to be there after the softmax. A short task (a few blocks, as most
+    // are early in a decode) has no other.
+    if (j0 < kValuePrefetchBlocks * kKeyBlock) {
+      const auto* values = reinterpret_cast<const char*>(value_block(j0 / kKeyBlock));
+      for (std::size_t at = 0; at < count * n * sizeof(T); at += 64) __builtin_prefetch(values + at, 0, 2);
+    }
     // All query heads of the group in one call: each key is loaded once for all of them.
     const T* keys = key_block(j0 / kKeyBlock);
-    // Two blocks on (kPrefetchBlocks), keys into L1 and values into L2 while these scores are
-    // computed: with the keys of a task loaded on demand, a task at 512 positions whose lines
-    // came from DRAM ran at 5-10 GB/s. Asked for here, attention took 0.80x the time in a
-    // TinyLlama decode after a 512-token prompt (median of eight alternated pairs), and the task
-    // from DRAM (`attention_dram` in bench/bench_kernels.cpp) 0.89x (docs/PERFORMANCE.md,
-    // thirty-fifth session).
-    if (j0 + kPrefetchBlocks * kKeyBlock < len) {
-      const auto* next_keys = reinterpret_cast<const char*>(key_block(j0 / kKeyBlock + kPrefetchBlocks));
-      const auto* next_values = reinterpret_cast<const char*>(value_block(j0 / kKeyBlock + kPrefetchBlocks));
-      for (std::size_t at = 0; at < kKeyBlock * n * sizeof(T); at += 64) {
-        __builtin_prefetch(next_keys + at, 0, 3);
-        __builtin_prefetch(next_values + at, 0, 2);
-      }
+    if (j0 + kKeyPrefetchBlocks * kKeyBlock < len) {
+      const auto* next_keys = reinterpret_cast<const char*>(key_block(j0 / kKeyBlock + kKeyPrefetchBlocks));
+      for (std::size_t at = 0; at < kKeyBlock * n * sizeof(T); at += 64) __builtin_prefetch(next_keys + at, 0, 0);
     }
     if constexpr (kF32) {
       ops.dot_keys_f32(keys, count, q, heads, n, scale, scores + j0, len);
@@ -158,6 +156,10 @@ void attend(const VecOps& ops, const float* q, std::size_t heads, std::size_t n,
   for (std::size_t j0 = 0; j0 < len; j0 += kKeyBlock) {
     const std::size_t count = std::min(kKeyBlock, len - j0);
     const T* values = value_block(j0 / kKeyBlock);
+    if (j0 + kValuePrefetchBlocks * kKeyBlock < len) {
+      const auto* next_values = reinterpret_cast<const char*>(value_block(j0 / kKeyBlock + kValuePrefetchBlocks));
+      for (std::size_t at = 0; at < kKeyBlock * n * sizeof(T); at += 64) __builtin_prefetch(next_values + at, 0, 0);
+    }
     if constexpr (kF32) {
       ops.axpy_rows_f32(scores + j0, len, values, n, count, heads, n, out);
     } else {
