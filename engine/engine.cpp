@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -59,6 +60,8 @@ Engine::Engine(const Model& model, const EngineOptions& options)
   // Hand out low block numbers first: a sequence's blocks then lie in order (see kv_blocks_).
   std::iota(free_blocks_.rbegin(), free_blocks_.rend(), 0);
   scores_.resize(ctx_.threads());
+  run_q_.resize(ctx_.threads());
+  run_out_.resize(ctx_.threads());
   for (std::size_t tokens : options.step_sizes) prepare(tokens);
   if (!options.step_sizes.empty()) kv_pool_.first_touch();
 }
@@ -84,9 +87,17 @@ void Engine::prepare(std::size_t n) {
     fit(gate_, n * ffn);
     fit(up_, n * ffn);
   }
-  // Attention's scores: a query group over the longest sequence the pool or the model allows.
+  // Attention's scores: a run's query groups over the longest sequence the pool or the model
+  // allows.
   const std::size_t longest = std::min(kv_blocks_ * kKvBlockTokens, static_cast<std::size_t>(cfg_.context));
-  for (auto& s : scores_) fit(s, static_cast<std::size_t>(cfg_.heads / cfg_.kv_heads) * longest);
+  const std::size_t run = std::min(n, kAttentionRunTokens);
+  const auto group = static_cast<std::size_t>(cfg_.heads / cfg_.kv_heads);
+  for (auto& s : scores_) fit(s, run * group * longest);
+  if (run > 1) {
+    for (auto* buffers : {&run_q_, &run_out_}) {
+      for (auto& b : *buffers) fit(b, run * group * static_cast<std::size_t>(cfg_.head_dim));
+    }
+  }
   const auto prepare_call = [&](std::initializer_list<WeightView> ws) { ctx_.prepare(std::span(ws.begin(), ws.size()), n); };
   for (const LayerWeights& w : model_.layers()) {
     prepare_call({w.wq, w.wk, w.wv});
@@ -149,6 +160,17 @@ constexpr std::size_t kPrefetchBytes = 256 * 1024;
 // block's lines arrive one latency after another, which made attention a tenth of a decode step.
 void prefetch_to_l2(const std::uint8_t* p, std::size_t bytes) {
   for (std::size_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i, 0, 2);
+}
+
+// How many tokens from t on attend as one run: consecutive positions of t's sequence, at most
+// kAttentionRunTokens.
+std::size_t run_length(std::span<const StepToken> tokens, const std::vector<int>& positions, std::size_t t) {
+  std::size_t n = 1;
+  while (n < kAttentionRunTokens && t + n < tokens.size() && tokens[t + n].sequence == tokens[t].sequence &&
+         positions[t + n] == positions[t + n - 1] + 1) {
+    ++n;
+  }
+  return n;
 }
 
 }  // namespace
@@ -413,27 +435,36 @@ void Engine::store_token(int l, const StepToken& token, int position, std::size_
 
 void Engine::plan_attention(std::span<const StepToken> tokens, const std::vector<int>& positions) {
   const auto kv_heads = static_cast<std::uint32_t>(cfg_.kv_heads);
-  const std::size_t whole = tokens.size() * kv_heads;
   const unsigned members = ctx_.threads();
   attention_tasks_.clear();
   attention_merges_.clear();
+  // Runs of a prompt's consecutive tokens, where they leave every thread a task: with fewer,
+  // single tokens whose long caches are cut into parts spread the work better.
+  attention_run_tokens_ = 1;
+  std::size_t runs = 0;
+  for (std::size_t t = 0; t < tokens.size(); t += run_length(tokens, positions, t)) ++runs;
+  const bool in_runs = runs < tokens.size() && runs * kv_heads >= members;
   std::uint32_t parts_so_far = 0;
-  for (std::uint32_t t = 0; t < tokens.size(); ++t) {
-    const auto len = static_cast<std::uint32_t>(positions[t] + 1);
-    const std::size_t parts = attention_parts(whole, len, members);
+  for (std::uint32_t t = 0; t < tokens.size();) {
+    const auto run = static_cast<std::uint32_t>(in_runs ? run_length(tokens, positions, t) : 1);
+    const std::uint32_t last_token = t + run - 1;
+    const auto len = static_cast<std::uint32_t>(positions[last_token] + 1);
+    attention_run_tokens_ = std::max<std::size_t>(attention_run_tokens_, run);
+    const std::size_t parts = run > 1 ? 1 : attention_parts(tokens.size() * kv_heads, len, members);
     // Parts of whole blocks, so that each starts at a block of keys.
     const auto step = static_cast<std::uint32_t>((len / parts + kKvBlockTokens - 1) / kKvBlockTokens * kKvBlockTokens);
     for (std::uint32_t g = 0; g < kv_heads; ++g) {
       if (parts == 1) {
-        attention_tasks_.push_back({t, g, 0, len, kWholeTask});
+        attention_tasks_.push_back({t, g, 0, len, kWholeTask, run});
         continue;
       }
       attention_merges_.push_back({t, g, parts_so_far, 0});
       for (std::uint32_t first = 0; first < len; first += step) {
-        attention_tasks_.push_back({t, g, first, std::min(len, first + step), parts_so_far++});
+        attention_tasks_.push_back({t, g, first, std::min(len, first + step), parts_so_far++, 1});
         ++attention_merges_.back().parts;
       }
     }
+    t += run;
   }
   const auto group = static_cast<std::size_t>(cfg_.heads / cfg_.kv_heads);
   fit(part_out_, parts_so_far * group * static_cast<std::size_t>(cfg_.head_dim));
@@ -447,10 +478,15 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
   const auto group = static_cast<std::size_t>(cfg_.heads / cfg_.kv_heads);
   const float scale = 1.0F / std::sqrt(static_cast<float>(cfg_.head_dim));
   const int max_len = *std::max_element(positions.begin(), positions.end()) + 1;
-  for (auto& s : scores_) fit(s, group * static_cast<std::size_t>(max_len));
-  // A task is a token, a KV head and a run of its positions (planned once per step): its query
-  // heads share every key and value it loads. Tasks are dealt round-robin because a prompt's
-  // later tokens attend to more positions.
+  for (auto& s : scores_) fit(s, attention_run_tokens_ * group * static_cast<std::size_t>(max_len));
+  if (attention_run_tokens_ > 1) {
+    for (auto* buffers : {&run_q_, &run_out_}) {
+      for (auto& b : *buffers) fit(b, attention_run_tokens_ * group * hd);
+    }
+  }
+  // A task is a token (or a run of a prompt's tokens), a KV head and a run of its positions
+  // (planned once per step): its query heads share every key and value it loads. Tasks are
+  // dealt round-robin because a prompt's later tokens attend to more positions.
   const std::size_t tasks = attention_tasks_.size();
   const unsigned members = ctx_.threads();
   const bool f32 = kv_type_ == GgmlType::f32;
@@ -478,6 +514,10 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
       const AttentionTask& a = attention_tasks_[task];
       const int g = static_cast<int>(a.kv_head);
       const Sequence& s = sequences_[static_cast<std::size_t>(tokens[a.token].sequence)];
+      if (a.tokens > 1) {
+        attend_run(layer, a, s, positions, scale, member);
+        continue;
+      }
       const std::size_t block0 = a.first / kKvBlockTokens;
       const float* q = &q_[a.token * qd + static_cast<std::size_t>(g) * group * hd];
       const bool whole = a.part == kWholeTask;
@@ -523,6 +563,37 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
       }
     }
   });
+}
+
+// A run's query heads side by side, then their outputs back to each token's place in att_.
+void Engine::attend_run(int layer, const AttentionTask& a, const Sequence& s, const std::vector<int>& positions,
+                        float scale, unsigned member) {
+  const auto qd = static_cast<std::size_t>(cfg_.q_dim());
+  const auto hd = static_cast<std::size_t>(cfg_.head_dim);
+  const auto group = static_cast<std::size_t>(cfg_.heads / cfg_.kv_heads);
+  const std::size_t head0 = static_cast<std::size_t>(a.kv_head) * group * hd;  // the group's first element in a row
+  const std::size_t width = group * hd;
+  float* q = run_q_[member].data();
+  float* out = run_out_[member].data();
+  std::array<std::size_t, kAttentionRunTokens> lens{};
+  for (std::size_t i = 0; i < a.tokens; ++i) {
+    std::copy_n(&q_[(a.token + i) * qd + head0], width, q + i * width);
+    lens[i] = static_cast<std::size_t>(positions[a.token + i] + 1);
+  }
+  const int g = static_cast<int>(a.kv_head);
+  const auto run = [&]<class T>(T*) {
+    attend_tokens<T>(
+        vec_, q, a.tokens, group, hd, lens.data(), scale,
+        [&](std::size_t b) { return reinterpret_cast<const T*>(kv_rows(s.blocks[b], layer, false, g)); },
+        [&](std::size_t b) { return reinterpret_cast<const T*>(kv_rows(s.blocks[b], layer, true, g)); },
+        scores_[member].data(), out);
+  };
+  if (kv_type_ == GgmlType::f32) {
+    run(static_cast<float*>(nullptr));
+  } else {
+    run(static_cast<std::uint16_t*>(nullptr));
+  }
+  for (std::size_t i = 0; i < a.tokens; ++i) std::copy_n(out + i * width, width, &att_[(a.token + i) * qd + head0]);
 }
 
 void Engine::feed_forward(const LayerWeights& w, std::size_t n) {

@@ -87,6 +87,10 @@ static_assert(kKvBlockTokens == kKeyBlock, "a KV block is one block of keys for 
 inline constexpr std::size_t kMinAttentionPart = 64;
 std::size_t attention_parts(std::size_t whole_tasks, std::size_t positions, unsigned threads);
 
+// A prompt's consecutive tokens attend in runs of up to this many (attend_tokens), each block of
+// keys and values loaded once for the run, where there are enough runs to keep every thread busy.
+inline constexpr std::size_t kAttentionRunTokens = 4;
+
 class Engine {
  public:
   Engine(const Model& model, const EngineOptions& options);
@@ -183,12 +187,19 @@ class Engine {
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, router_;
   std::vector<float> rope_cos_, rope_sin_;
   std::vector<std::vector<float>> scores_;  // per thread
+  // A run's query heads gathered, and its outputs before they are scattered: per thread.
+  std::vector<std::vector<float>> run_q_, run_out_;
   // Attention's tasks: positions [first, last) of a token's KV head, into att_ when whole, else
-  // into part `part` of the part_ buffers, which a merge of the token and head then combines.
+  // into part `part` of the part_ buffers, which a merge of the token and head then combines;
+  // or, whole, `tokens` consecutive tokens of one sequence from `token` on (a run), the last
+  // of them over [first, last).
   static constexpr std::uint32_t kWholeTask = ~0U;
   struct AttentionTask {
-    std::uint32_t token, kv_head, first, last, part;
+    std::uint32_t token, kv_head, first, last, part, tokens;
   };
+  std::size_t attention_run_tokens_ = 1;  // the longest run of this step
+  void attend_run(int layer, const AttentionTask& a, const Sequence& s, const std::vector<int>& positions, float scale,
+                  unsigned member);
   struct AttentionMerge {
     std::uint32_t token, kv_head, first_part, parts;
   };

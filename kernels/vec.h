@@ -99,19 +99,30 @@ std::size_t argmax_reference(const float* x, std::size_t n);
 
 const VecOps& vec_ops(IsaLevel level);
 
-// One attention task: the `heads` query heads of q (head size n) that share one KV head, over
-// its `len` cached positions in blocks of kKeyBlock (keys in the column layout, values in rows,
-// of element type T: float or F16 bits). `key_block(b)` and `value_block(b)` give block b's
-// data, so the engine's block tables and a benchmark's flat arrays both serve. Scores go to
-// `scores` (heads x len), the weighted sums of the values to `out` (heads x n).
-// With `max_score` and `exp_sum` (heads each) it also gives each head's largest score m and
-// sum of exp(score - m): what merging it with attention over other positions needs.
+// Attention of `tokens` consecutive positions of one sequence at once (a prompt's tokens), each
+// with the `heads` query heads of q (head size n) that share one KV head: token i over the
+// first lens[i] cached positions (lens ascending), in blocks of kKeyBlock (keys in the column
+// layout, values in rows, of element type T: float or F16 bits). `key_block(b)` and
+// `value_block(b)` give block b's data, so the engine's block tables and a benchmark's flat
+// arrays both serve. q holds the tokens' heads one after another (tokens x heads rows of n);
+// scores go to `scores` (tokens x heads rows of lens[tokens - 1]), the weighted sums of the
+// values to `out` (tokens x heads rows of n).
+//
+// Each block of keys and values is loaded once for every token's heads: a prompt token by token
+// loaded the keys and values before it once per token, from L2 or beyond. A position a token
+// does not see gets probability zero, which adds exactly nothing, so each token's output is the
+// one it gets alone, bit for bit.
+//
+// With `max_score` and `exp_sum` (tokens x heads each) it also gives each row's largest score m
+// and sum of exp(score - m): what merging it with attention over other positions needs.
 template <class T, class KeyBlock, class ValueBlock>
-void attend(const VecOps& ops, const float* q, std::size_t heads, std::size_t n, std::size_t len, float scale,
-            KeyBlock&& key_block, ValueBlock&& value_block, float* scores, float* out, float* max_score = nullptr,
-            float* exp_sum = nullptr) {
+void attend_tokens(const VecOps& ops, const float* q, std::size_t tokens, std::size_t heads, std::size_t n,
+                   const std::size_t* lens, float scale, KeyBlock&& key_block, ValueBlock&& value_block, float* scores,
+                   float* out, float* max_score = nullptr, float* exp_sum = nullptr) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, std::uint16_t>, "an F32 or F16 cache");
   constexpr bool kF32 = std::is_same_v<T, float>;
+  const std::size_t len = lens[tokens - 1];
+  const std::size_t rows = tokens * heads;
   // A decode step's keys and values come from DRAM: the weights streamed since they were
   // written. Each pass asks for its own stream a few blocks ahead with the non-temporal hint,
   // the lines' only use following shortly. Asking for the values during the score pass into L2
@@ -135,24 +146,26 @@ void attend(const VecOps& ops, const float* q, std::size_t heads, std::size_t n,
       for (std::size_t at = 0; at < kKeyBlock * n * sizeof(T); at += 64) __builtin_prefetch(next_keys + at, 0, 0);
     }
     if constexpr (kF32) {
-      ops.dot_keys_f32(keys, count, q, heads, n, scale, scores + j0, len);
+      ops.dot_keys_f32(keys, count, q, rows, n, scale, scores + j0, len);
     } else {
-      ops.dot_keys_f16(keys, count, q, heads, n, scale, scores + j0, len);
+      ops.dot_keys_f16(keys, count, q, rows, n, scale, scores + j0, len);
     }
   }
-  for (std::size_t h = 0; h < heads; ++h) {
-    float* row = scores + h * len;
+  for (std::size_t r = 0; r < rows; ++r) {
+    float* row = scores + r * len;
+    const std::size_t seen = lens[r / heads];
     if (max_score == nullptr) {
-      ops.softmax(row, len);
-      continue;
+      ops.softmax(row, seen);
+    } else {
+      // The largest score's probability is exp(0) / sum: the sum without another pass of exp.
+      const std::size_t top = static_cast<std::size_t>(std::max_element(row, row + seen) - row);
+      max_score[r] = row[top];
+      ops.softmax(row, seen);
+      exp_sum[r] = 1.0F / row[top];
     }
-    // The largest score's probability is exp(0) / sum: the sum without another pass of exp.
-    const std::size_t top = static_cast<std::size_t>(std::max_element(row, row + len) - row);
-    max_score[h] = row[top];
-    ops.softmax(row, len);
-    exp_sum[h] = 1.0F / row[top];
+    std::fill(row + seen, row + len, 0.0F);
   }
-  std::fill(out, out + heads * n, 0.0F);
+  std::fill(out, out + rows * n, 0.0F);
   for (std::size_t j0 = 0; j0 < len; j0 += kKeyBlock) {
     const std::size_t count = std::min(kKeyBlock, len - j0);
     const T* values = value_block(j0 / kKeyBlock);
@@ -161,11 +174,20 @@ void attend(const VecOps& ops, const float* q, std::size_t heads, std::size_t n,
       for (std::size_t at = 0; at < kKeyBlock * n * sizeof(T); at += 64) __builtin_prefetch(next_values + at, 0, 0);
     }
     if constexpr (kF32) {
-      ops.axpy_rows_f32(scores + j0, len, values, n, count, heads, n, out);
+      ops.axpy_rows_f32(scores + j0, len, values, n, count, rows, n, out);
     } else {
-      ops.axpy_rows_f16(scores + j0, len, values, n, count, heads, n, out);
+      ops.axpy_rows_f16(scores + j0, len, values, n, count, rows, n, out);
     }
   }
+}
+
+// One token's attention (attend_tokens of one token): scores go to `scores` (heads x len), the
+// weighted sums to `out` (heads x n), and with `max_score` and `exp_sum`, one of each per head.
+template <class T, class KeyBlock, class ValueBlock>
+void attend(const VecOps& ops, const float* q, std::size_t heads, std::size_t n, std::size_t len, float scale,
+            KeyBlock&& key_block, ValueBlock&& value_block, float* scores, float* out, float* max_score = nullptr,
+            float* exp_sum = nullptr) {
+  attend_tokens<T>(ops, q, 1, heads, n, &len, scale, key_block, value_block, scores, out, max_score, exp_sum);
 }
 
 // Per-ISA tables (internal; each in its own translation unit).

@@ -121,6 +121,53 @@ TEST(VecOps, RowVariantsMatchPerRowCalls) {
   }
 }
 
+// A run of a prompt's tokens attended at once gives each token the output it gets alone, bit for
+// bit: at run lengths within a block and across block boundaries, for query groups the kernels
+// take in one pass (8 heads) and in several (3), from F32 and F16 caches. Positions past the
+// longest hold NaN, as a cache's unwritten tail may: they must change nothing.
+TEST(VecOps, TokenRunsMatchEachTokenAlone) {
+  constexpr std::size_t kDim = 64;
+  SeededRng rng(17);
+  for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
+    const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
+    for (const std::vector<std::size_t>& lens :
+         {std::vector<std::size_t>{1, 2, 3, 4}, {15, 16, 17, 18, 19}, {30, 31, 32, 33}, {62, 63, 64, 65, 66, 67, 68, 69}}) {
+      for (std::size_t heads : {3U, 8U}) {
+        const std::size_t tokens = lens.size();
+        const std::size_t len = lens.back();
+        const std::size_t blocks = (len + kKeyBlock - 1) / kKeyBlock;
+        std::vector<float> keys(blocks * kKeyBlock * kDim, std::nanf("")), values(keys.size(), std::nanf(""));
+        std::vector<std::uint16_t> half_keys(keys.size(), 0x7E00), half_values(keys.size(), 0x7E00);
+        for (std::size_t j = 0; j < len; ++j) {
+          for (std::size_t i = 0; i < kDim; ++i) {
+            const std::size_t key_at = j / kKeyBlock * kKeyBlock * kDim + i * kKeyBlock + j % kKeyBlock;
+            half_keys[key_at] = fp32_to_fp16(keys[key_at] = rng.gaussian());
+            half_values[j * kDim + i] = fp32_to_fp16(values[j * kDim + i] = rng.gaussian());
+          }
+        }
+        std::vector<float> q(tokens * heads * kDim);
+        for (auto& v : q) v = rng.gaussian();
+        const auto check = [&]<class T>(const std::vector<T>& k, const std::vector<T>& v, const char* cache) {
+          const auto key_block = [&](std::size_t b) { return &k[b * kKeyBlock * kDim]; };
+          const auto value_block = [&](std::size_t b) { return &v[b * kKeyBlock * kDim]; };
+          std::vector<float> scores(tokens * heads * len), out(tokens * heads * kDim);
+          attend_tokens<T>(ops, q.data(), tokens, heads, kDim, lens.data(), 0.125F, key_block, value_block, scores.data(), out.data());
+          for (std::size_t t = 0; t < tokens; ++t) {
+            std::vector<float> alone_scores(heads * lens[t]), alone(heads * kDim);
+            attend<T>(ops, &q[t * heads * kDim], heads, kDim, lens[t], 0.125F, key_block, value_block, alone_scores.data(), alone.data());
+            for (std::size_t i = 0; i < heads * kDim; ++i) {
+              ASSERT_EQ(out[t * heads * kDim + i], alone[i])
+                  << ops.name << " " << cache << " heads " << heads << " token " << t << " of lengths up to " << len;
+            }
+          }
+        };
+        check(keys, values, "F32");
+        check(half_keys, half_values, "F16");
+      }
+    }
+  }
+}
+
 TEST(VecOps, SoftmaxMatchesReference) {
   SeededRng rng(13);
   for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
