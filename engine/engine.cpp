@@ -491,7 +491,7 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
   const unsigned members = ctx_.threads();
   const bool f32 = kv_type_ == GgmlType::f32;
   const std::size_t block_bytes = kKvBlockTokens * hd * kv_elem_bytes_;
-  // Longer runs than kPrefetchBytes covers stream behind the hardware prefetcher.
+  // Longer tasks than kPrefetchBytes covers stream behind the hardware prefetcher.
   const auto prefetch_task = [&](std::size_t task) {
     const AttentionTask& a = attention_tasks_[task];
     const Sequence& s = sequences_[static_cast<std::size_t>(tokens[a.token].sequence)];

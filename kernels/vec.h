@@ -48,8 +48,9 @@ struct VecOps {
 
 // Positions per block of cached keys: one 512-bit vector of F32 scores.
 inline constexpr std::size_t kKeyBlock = 16;
-// How many blocks ahead attend asks for keys (in the score pass) and values (in the value
-// pass). Each is asked for with the non-temporal hint, just before its one use: see attend.
+// How many blocks ahead attention asks for keys (in the score pass) and values (in the value
+// pass). Each is asked for with the non-temporal hint, just before its one use: see
+// attend_tokens.
 inline constexpr std::size_t kKeyPrefetchBlocks = 2;
 inline constexpr std::size_t kValuePrefetchBlocks = 4;
 
