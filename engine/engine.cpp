@@ -489,7 +489,6 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
   // dealt round-robin because a prompt's later tokens attend to more positions.
   const std::size_t tasks = attention_tasks_.size();
   const unsigned members = ctx_.threads();
-  const bool f32 = kv_type_ == GgmlType::f32;
   const std::size_t block_bytes = kKvBlockTokens * hd * kv_elem_bytes_;
   // Longer tasks than kPrefetchBytes covers stream behind the hardware prefetcher.
   const auto prefetch_task = [&](std::size_t task) {
@@ -524,18 +523,8 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
       float* out = whole ? &att_[a.token * qd + static_cast<std::size_t>(g) * group * hd] : &part_out_[a.part * group * hd];
       float* top = whole ? nullptr : &part_max_[a.part * group];
       float* sum = whole ? nullptr : &part_sum_[a.part * group];
-      const auto run = [&]<class T>(T*) {
-        attend<T>(
-            vec_, q, group, hd, a.last - a.first, scale,
-            [&](std::size_t b) { return reinterpret_cast<const T*>(kv_rows(s.blocks[block0 + b], layer, false, g)); },
-            [&](std::size_t b) { return reinterpret_cast<const T*>(kv_rows(s.blocks[block0 + b], layer, true, g)); }, scores, out,
-            top, sum);
-      };
-      if (f32) {
-        run(static_cast<float*>(nullptr));
-      } else {
-        run(static_cast<std::uint16_t*>(nullptr));
-      }
+      const std::size_t len = a.last - a.first;
+      attend_cache(layer, s, g, block0, q, 1, &len, scale, scores, out, top, sum);
     }
     if (attention_merges_.empty()) return;
     ctx_.pool().barrier();
@@ -565,6 +554,25 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
   });
 }
 
+// attend_tokens over sequence s's cache of KV head g from block block0 on, F32 or F16.
+void Engine::attend_cache(int layer, const Sequence& s, int g, std::size_t block0, const float* q, std::size_t tokens,
+                          const std::size_t* lens, float scale, float* scores, float* out, float* top, float* sum) {
+  const auto group = static_cast<std::size_t>(cfg_.heads / cfg_.kv_heads);
+  const auto hd = static_cast<std::size_t>(cfg_.head_dim);
+  const auto run = [&]<class T>(T*) {
+    attend_tokens<T>(
+        vec_, q, tokens, group, hd, lens, scale,
+        [&](std::size_t b) { return reinterpret_cast<const T*>(kv_rows(s.blocks[block0 + b], layer, false, g)); },
+        [&](std::size_t b) { return reinterpret_cast<const T*>(kv_rows(s.blocks[block0 + b], layer, true, g)); }, scores, out,
+        top, sum);
+  };
+  if (kv_type_ == GgmlType::f32) {
+    run(static_cast<float*>(nullptr));
+  } else {
+    run(static_cast<std::uint16_t*>(nullptr));
+  }
+}
+
 // A run's query heads side by side, then their outputs back to each token's place in att_.
 void Engine::attend_run(int layer, const AttentionTask& a, const Sequence& s, const std::vector<int>& positions,
                         float scale, unsigned member) {
@@ -580,19 +588,7 @@ void Engine::attend_run(int layer, const AttentionTask& a, const Sequence& s, co
     std::copy_n(&q_[(a.token + i) * qd + head0], width, q + i * width);
     lens[i] = static_cast<std::size_t>(positions[a.token + i] + 1);
   }
-  const int g = static_cast<int>(a.kv_head);
-  const auto run = [&]<class T>(T*) {
-    attend_tokens<T>(
-        vec_, q, a.tokens, group, hd, lens.data(), scale,
-        [&](std::size_t b) { return reinterpret_cast<const T*>(kv_rows(s.blocks[b], layer, false, g)); },
-        [&](std::size_t b) { return reinterpret_cast<const T*>(kv_rows(s.blocks[b], layer, true, g)); },
-        scores_[member].data(), out);
-  };
-  if (kv_type_ == GgmlType::f32) {
-    run(static_cast<float*>(nullptr));
-  } else {
-    run(static_cast<std::uint16_t*>(nullptr));
-  }
+  attend_cache(layer, s, static_cast<int>(a.kv_head), 0, q, a.tokens, lens.data(), scale, scores_[member].data(), out);
   for (std::size_t i = 0; i < a.tokens; ++i) std::copy_n(out + i * width, width, &att_[(a.token + i) * qd + head0]);
 }
 

@@ -200,6 +200,9 @@ class Engine {
   std::size_t attention_run_tokens_ = 1;  // the longest run of this step
   void attend_run(int layer, const AttentionTask& a, const Sequence& s, const std::vector<int>& positions, float scale,
                   unsigned member);
+  void attend_cache(int layer, const Sequence& s, int g, std::size_t block0, const float* q, std::size_t tokens,
+                    const std::size_t* lens, float scale, float* scores, float* out, float* top = nullptr,
+                    float* sum = nullptr);
   struct AttentionMerge {
     std::uint32_t token, kv_head, first_part, parts;
   };
