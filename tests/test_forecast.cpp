@@ -89,6 +89,9 @@ TEST(Catalog, BadModelDescriptionsAreUsageErrors) {
   EXPECT_THROW(architecture_from_json(j, "x"), UsageError);  // heads not a multiple of kv_heads
   j["kv_heads"] = 2;
   EXPECT_NO_THROW(architecture_from_json(j, "x"));
+  j["layers"] = 7777740;  // found by the fuzzer: an inventory of millions of matrices
+  EXPECT_THROW(architecture_from_json(j, "x"), UsageError);
+  j["layers"] = 2;
   j.erase("dim");
   EXPECT_THROW(architecture_from_json(j, "x"), UsageError);
   EXPECT_THROW(architecture_from_json(nlohmann::json::array(), "x"), UsageError);
