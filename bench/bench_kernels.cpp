@@ -1,6 +1,7 @@
 // Google Benchmark targets for the kernels: every weight format x ISA level x batch at a
 // 4096x4096 projection, all cores (`gemm/...`), and each format's GEMV on one core with the
-// weights hot in cache (`gemv_hot/...`). Bytes/s is weight bytes streamed; `gops` counts 2 ops per
+// weights hot in cache (`gemv_hot/...`), and its batches of 8 and 64 likewise (`gemm_hot/...`).
+// Bytes/s is weight bytes streamed; `gops` counts 2 ops per
 // multiply-add. For DRAM-resident figures against the roofline use `infercast kernels`, which
 // cycles through weights far larger than the last-level cache. Also one attention task per ISA
 // level (the vector primitives of kernels/vec.h on one thread, cache-resident): what a decode
@@ -285,6 +286,15 @@ void register_all() {
                                      [=](benchmark::State& s) { run_gemm(s, type, level, layout, 1, kHotRows, kHotCols, 1); })
             ->Unit(benchmark::kMicrosecond)
             ->UseRealTime();
+        // The batch kernels hot on one core: their compute rate with no DRAM in it, to set
+        // beside the probe's per-core peak of their instruction family.
+        for (std::size_t batch : {8, 64}) {
+          if (level == IsaLevel::scalar) continue;
+          benchmark::RegisterBenchmark(fmt::format("gemm_hot/{}/batch:{}", variant, batch).c_str(),
+                                       [=](benchmark::State& s) { run_gemm(s, type, level, layout, batch, kHotRows, kHotCols, 1); })
+              ->Unit(benchmark::kMicrosecond)
+              ->UseRealTime();
+        }
         for (std::size_t batch : {1, 2, 4, 8, 16, 32, 64}) {
           if (level == IsaLevel::scalar && batch > 1) continue;  // the reference is for GEMV only
           benchmark::RegisterBenchmark(fmt::format("gemm/{}/batch:{}", variant, batch).c_str(),
