@@ -90,14 +90,7 @@ void Engine::prepare(std::size_t n) {
   // Attention's scores: a run's query groups over the longest sequence the pool or the model
   // allows.
   const std::size_t longest = std::min(kv_blocks_ * kKvBlockTokens, static_cast<std::size_t>(cfg_.context));
-  const std::size_t run = std::min(n, kAttentionRunTokens);
-  const auto group = static_cast<std::size_t>(cfg_.heads / cfg_.kv_heads);
-  for (auto& s : scores_) fit(s, run * group * longest);
-  if (run > 1) {
-    for (auto* buffers : {&run_q_, &run_out_}) {
-      for (auto& b : *buffers) fit(b, run * group * static_cast<std::size_t>(cfg_.head_dim));
-    }
-  }
+  fit_attention_scratch(std::min(n, kAttentionRunTokens), longest);
   const auto prepare_call = [&](std::initializer_list<WeightView> ws) { ctx_.prepare(std::span(ws.begin(), ws.size()), n); };
   for (const LayerWeights& w : model_.layers()) {
     prepare_call({w.wq, w.wk, w.wv});
@@ -478,12 +471,7 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
   const auto group = static_cast<std::size_t>(cfg_.heads / cfg_.kv_heads);
   const float scale = 1.0F / std::sqrt(static_cast<float>(cfg_.head_dim));
   const int max_len = *std::max_element(positions.begin(), positions.end()) + 1;
-  for (auto& s : scores_) fit(s, attention_run_tokens_ * group * static_cast<std::size_t>(max_len));
-  if (attention_run_tokens_ > 1) {
-    for (auto* buffers : {&run_q_, &run_out_}) {
-      for (auto& b : *buffers) fit(b, attention_run_tokens_ * group * hd);
-    }
-  }
+  fit_attention_scratch(attention_run_tokens_, static_cast<std::size_t>(max_len));
   // A task is a token (or a run of a prompt's tokens), a KV head and a run of its positions
   // (planned once per step): its query heads share every key and value it loads. Tasks are
   // dealt round-robin because a prompt's later tokens attend to more positions.
@@ -552,6 +540,17 @@ void Engine::attention(int layer, std::span<const StepToken> tokens, const std::
       }
     }
   });
+}
+
+// Each thread's scores for runs of up to `run` tokens over `positions` cached positions, and
+// (for runs) its gathered queries and outputs.
+void Engine::fit_attention_scratch(std::size_t run, std::size_t positions) {
+  const auto group = static_cast<std::size_t>(cfg_.heads / cfg_.kv_heads);
+  for (auto& s : scores_) fit(s, run * group * positions);
+  if (run == 1) return;
+  for (auto* buffers : {&run_q_, &run_out_}) {
+    for (auto& b : *buffers) fit(b, run * group * static_cast<std::size_t>(cfg_.head_dim));
+  }
 }
 
 // attend_tokens over sequence s's cache of KV head g from block block0 on, F32 or F16.

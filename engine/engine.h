@@ -198,6 +198,7 @@ class Engine {
     std::uint32_t token, kv_head, first, last, part, tokens;
   };
   std::size_t attention_run_tokens_ = 1;  // the longest run of this step
+  void fit_attention_scratch(std::size_t run, std::size_t positions);
   void attend_run(int layer, const AttentionTask& a, const Sequence& s, const std::vector<int>& positions, float scale,
                   unsigned member);
   void attend_cache(int layer, const Sequence& s, int g, std::size_t block0, const float* q, std::size_t tokens,
