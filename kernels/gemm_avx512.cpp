@@ -664,16 +664,20 @@ inline __m512 load_weights16(const std::uint8_t* row, std::size_t k, __mmask16 m
 
 // Sixteen columns of Nr rows against Na activation rows; `mask` selects the columns that exist.
 template <GgmlType W, int Nr, int Na>
-INFERCAST_INLINE void float_step(const GemmCall& c, const std::uint8_t* const (&rows)[Nr], std::size_t b0, std::size_t k,
+INFERCAST_INLINE void float_step(const std::uint8_t* const (&rows)[Nr], const float* const (&x)[Na], std::size_t k,
                                  __mmask16 mask, Accumulators<Nr, Na>& acc) {
-  __m512 x[Na];
+  __m512 xv[Na];
   INFERCAST_UNROLL
-  for (int a = 0; a < Na; ++a) x[a] = _mm512_maskz_loadu_ps(mask, c.x + (b0 + a) * c.ldx + k);
+  for (int a = 0; a < Na; ++a) {
+    xv[a] = _mm512_maskz_loadu_ps(mask, x[a] + k);
+    if constexpr (Nr > 1) INFERCAST_IN_REGISTER(xv[a]);
+  }
   INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
-    const __m512 wv = load_weights16<W>(rows[i], k, mask);
+    __m512 wv = load_weights16<W>(rows[i], k, mask);
+    if constexpr (Na > 1) INFERCAST_IN_REGISTER(wv);
     INFERCAST_UNROLL
-    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_fmadd_ps(wv, x[a], acc[i][a]);
+    for (int a = 0; a < Na; ++a) acc[i][a] = _mm512_fmadd_ps(wv, xv[a], acc[i][a]);
   }
 }
 
@@ -681,6 +685,8 @@ template <GgmlType W, int Nr, int Na>
 void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
   const std::uint8_t* rows[Nr];
   for (int i = 0; i < Nr; ++i) rows[i] = c.w + (r + i) * c.row_bytes;
+  const float* x[Na];
+  for (int a = 0; a < Na; ++a) x[a] = c.x + (b0 + a) * c.ldx;
   Accumulators<Nr, Na> acc;
   zero<Nr, Na>(acc);
   const StreamPrefetch<Nr> ahead(c, r);
@@ -690,10 +696,10 @@ void row_float(const GemmCall& c, std::size_t r, std::size_t b0) {
   std::size_t k = 0;
   for (; k + 32 <= c.cols; k += 32) {
     ahead.fetch(k * kElementBytes, 32 * kElementBytes);
-    float_step<W, Nr, Na>(c, rows, b0, k, 0xFFFF, acc);
-    float_step<W, Nr, Na>(c, rows, b0, k + 16, 0xFFFF, acc);
+    float_step<W, Nr, Na>(rows, x, k, 0xFFFF, acc);
+    float_step<W, Nr, Na>(rows, x, k + 16, 0xFFFF, acc);
   }
-  for (; k < c.cols; k += 16) float_step<W, Nr, Na>(c, rows, b0, k, columns_from(k, c.cols), acc);
+  for (; k < c.cols; k += 16) float_step<W, Nr, Na>(rows, x, k, columns_from(k, c.cols), acc);
   store_sums<Nr, Na>(c, r, b0, acc);
 }
 
@@ -751,15 +757,29 @@ INFERCAST_INLINE void bf16_step(const GemmCall& c, const std::uint16_t* const (&
   Accumulators<Nr, Na>& lo_acc = kSplitBf16Sums<Low, Na> ? split_lo_acc : hi_acc;
   const std::size_t padded = round_up(c.cols, 32);
   const std::size_t stride = (Low ? bf16_packed_row(c.cols) : bf16_round_packed_row(c.cols)) / 2;
+  // Each weight and activation vector loaded once, into a register (INFERCAST_IN_REGISTER), and
+  // every product between them taken from there.
+  __m512i wv[Nr];
   INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
-    const __m512bh wv = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(mask, rows[i] + k));
+    wv[i] = _mm512_maskz_loadu_epi16(mask, rows[i] + k);
+    if constexpr (Na > 1) INFERCAST_IN_REGISTER(wv[i]);
+  }
+  INFERCAST_UNROLL
+  for (int a = 0; a < Na; ++a) {
+    const std::uint16_t* hi = reinterpret_cast<const std::uint16_t*>(c.packed) + (b0 + a) * stride + k;
+    __m512i xh = _mm512_load_si512(hi);
+    if constexpr (Nr > 1) INFERCAST_IN_REGISTER(xh);
+    __m512i xl = xh;
+    if constexpr (Low) {
+      xl = _mm512_load_si512(hi + padded);
+      if constexpr (Nr > 1) INFERCAST_IN_REGISTER(xl);
+    }
     INFERCAST_UNROLL
-    for (int a = 0; a < Na; ++a) {
-      const std::uint16_t* hi = reinterpret_cast<const std::uint16_t*>(c.packed) + (b0 + a) * stride + k;
-      hi_acc[i][a] = _mm512_dpbf16_ps(hi_acc[i][a], wv, reinterpret_cast<__m512bh>(_mm512_load_si512(hi)));
+    for (int i = 0; i < Nr; ++i) {
+      hi_acc[i][a] = _mm512_dpbf16_ps(hi_acc[i][a], reinterpret_cast<__m512bh>(wv[i]), reinterpret_cast<__m512bh>(xh));
       if constexpr (Low) {
-        lo_acc[i][a] = _mm512_dpbf16_ps(lo_acc[i][a], wv, reinterpret_cast<__m512bh>(_mm512_load_si512(hi + padded)));
+        lo_acc[i][a] = _mm512_dpbf16_ps(lo_acc[i][a], reinterpret_cast<__m512bh>(wv[i]), reinterpret_cast<__m512bh>(xl));
       }
     }
   }
