@@ -249,10 +249,17 @@ nlohmann::json to_json(const std::vector<WeightInventory::StandIn>& stand_ins) {
   return j;
 }
 
-// One line per type without kernels here: the forecast's speed and accuracy for it are another
-// format's, and the reader should know how much of the model that covers.
+// One line per type forecast as another format: one without kernels here (its speed and
+// accuracy are the other's), or one the calibration behind the forecast did not measure (its
+// speed is). The reader should know how much of the model that covers.
 void print_stand_ins(const std::vector<WeightInventory::StandIn>& stand_ins) {
   for (const auto& s : stand_ins) {
+    if (is_known_type(static_cast<std::uint32_t>(s.type))) {
+      fmt::print("  {} ({:.1f}% of the matrix weights) was not measured by this calibration: forecast with {}'s measured speed per "
+                 "byte (run `infercast calibrate` to measure it)\n",
+                 format_info(s.type).name, 100 * s.parameter_share, format_info(s.measured_as).name);
+      continue;
+    }
     fmt::print("  {} ({:.1f}% of the matrix weights) has no kernels here: forecast with {}'s measured speed per byte and accuracy\n",
                ggml_type_geometry(s.type)->name, 100 * s.parameter_share, format_info(s.measured_as).name);
   }
@@ -314,7 +321,7 @@ void predict(const PredictArgs& a) {
     const auto perf = performance_for(machine, refs, devices);
     const Forecast f = forecast(input.arch, inv, quant, machine.hardware, *perf, load, devices);
     const double accuracy = output_error(inv);
-    const auto stand_ins = inv.stand_ins();
+    const auto stand_ins = inv.stand_ins([&](GgmlType t) { return perf->measured_as(t); });
     nlohmann::json j = to_json(f, accuracy);
     j["stand_in_formats"] = to_json(stand_ins);
     if (!a.json) {

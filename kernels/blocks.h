@@ -12,6 +12,7 @@ enum class GgmlType : std::uint32_t {
   f32 = 0,
   f16 = 1,
   q4_0 = 2,
+  q5_0 = 6,
   q8_0 = 8,
   q4_k = 12,
   q5_k = 13,
@@ -35,6 +36,14 @@ struct BlockQ4_0 {
   std::uint8_t qs[kQk / 2];   // element i in the low nibble of qs[i], element i+16 in the high one
 };
 static_assert(sizeof(BlockQ4_0) == 18);
+
+// Q4_0 with a fifth bit: element i's in bit i of qh, element i+16's in bit i+16.
+struct BlockQ5_0 {
+  std::uint16_t d;            // scale
+  std::uint8_t qh[4];         // fifth bits, little-endian
+  std::uint8_t qs[kQk / 2];   // low four bits, laid out as in Q4_0
+};
+static_assert(sizeof(BlockQ5_0) == 22);
 
 // 8 sub-blocks of 32 with 6-bit scales and mins packed into 12 bytes.
 struct BlockQ4_K {

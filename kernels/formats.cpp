@@ -47,6 +47,9 @@ const std::array kFormats = {
     FormatInfo{GgmlType::q4_0, "Q4_0", kQk, sizeof(BlockQ4_0), GgmlType::q8_0,
                quantize_as<BlockQ4_0, ref::quantize_q4_0>, dequantize_as<BlockQ4_0, ref::dequantize_q4_0>,
                dot_as<BlockQ4_0, BlockQ8_0, ref::dot_q4_0>},
+    FormatInfo{GgmlType::q5_0, "Q5_0", kQk, sizeof(BlockQ5_0), GgmlType::q8_0,
+               quantize_as<BlockQ5_0, ref::quantize_q5_0>, dequantize_as<BlockQ5_0, ref::dequantize_q5_0>,
+               dot_as<BlockQ5_0, BlockQ8_0, ref::dot_q5_0>},
     FormatInfo{GgmlType::q4_k, "Q4_K", kQkK, sizeof(BlockQ4_K), GgmlType::q8_k,
                quantize_as<BlockQ4_K, ref::quantize_q4_k>, dequantize_as<BlockQ4_K, ref::dequantize_q4_k>,
                dot_as<BlockQ4_K, BlockQ8_K, ref::dot_q4_k>},
@@ -61,8 +64,8 @@ const std::array kFormats = {
                dot_q8_k_unused},
 };
 
-constexpr std::array kWeightFormats = {GgmlType::f32,  GgmlType::f16,  GgmlType::bf16, GgmlType::q8_0,
-                                       GgmlType::q4_0, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
+constexpr std::array kWeightFormats = {GgmlType::f32,  GgmlType::f16,  GgmlType::bf16, GgmlType::q8_0, GgmlType::q4_0,
+                                       GgmlType::q5_0, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
 
 }  // namespace
 

@@ -165,11 +165,23 @@ INFERCAST_INLINE void store_sums(const GemmCall& c, std::size_t r, std::size_t b
   }
 }
 
-// Q8_0 and Q4_0: signed weights, the sign moved onto the activations (vpsignb) so the product
-// is unsigned x signed.
+// Q5_0's fifth bits as bytes: 0xFF at byte j where bit j of the block's qh is set. Byte j takes
+// byte j / 8 of qh, and keeps bit j % 8 alone.
+INFERCAST_INLINE __m256i q5_0_high_bytes(const BlockQ5_0& blk) {
+  std::uint32_t qh = 0;
+  std::memcpy(&qh, blk.qh, 4);
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(qh)),
+      _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+
+// Q8_0, Q4_0 and Q5_0: signed weights, the sign moved onto the activations (vpsignb) so the
+// product is unsigned x signed.
 template <GgmlType W, bool Vnni, int Nr, int Na>
 void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
-  using Block = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, BlockQ4_0>;
+  using Block = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, std::conditional_t<W == GgmlType::q4_0, BlockQ4_0, BlockQ5_0>>;
   const WeightRows<Block, Nr> w(c, r);
   const Activations<BlockQ8_0, Na> act(c, b0);
   __m256 acc[Nr][Na];
@@ -187,8 +199,13 @@ void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
         v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs));
       } else {
         const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.qs));
-        v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-        v = _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+        v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+        if constexpr (W == GgmlType::q5_0) {
+          v = _mm256_or_si256(v, _mm256_and_si256(q5_0_high_bytes(blk), _mm256_set1_epi8(0x10)));
+          v = _mm256_sub_epi8(v, _mm256_set1_epi8(16));
+        } else {
+          v = _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+        }
       }
       const __m256i u = _mm256_sign_epi8(v, v);
       const float dw = _cvtsh_ss(blk.d);
@@ -442,10 +459,10 @@ INFERCAST_INLINE void transpose_panel(__m256 (&v)[8]) {
 
 #include "kernels/float_panel.inc"
 
-const PackFns kPack{packed_bytes<BlockQ8_0>, pack_q8_0, packed_bytes<BlockQ8_0>, pack_q8_0,
-                    packed_bytes<BlockQ8_K>, pack_q8_k, pack_q8_k};
-const std::array<GemmKernel, 8> kPlain = make_kernels<false>("avx2", kPack);
-const std::array<GemmKernel, 8> kVnni = make_kernels<true>("avx2_vnni", kPack);
+const PackFns kPack{packed_bytes<BlockQ8_0>, pack_q8_0, packed_bytes<BlockQ8_0>, pack_q8_0, packed_bytes<BlockQ8_0>,
+                    pack_q8_0,                 packed_bytes<BlockQ8_K>, pack_q8_k, pack_q8_k};
+const KernelTable kPlain = make_kernels<false>("avx2", kPack);
+const KernelTable kVnni = make_kernels<true>("avx2_vnni", kPack);
 const ActivationQuantizers kQuantizers{quantize_q8_0_avx2, quantize_q8_k_avx2};
 const std::array<GemmKernel, 3> kPanels{float_panel_kernel<GgmlType::f32>("avx2_panel"),
                                         float_panel_kernel<GgmlType::f16>("avx2_panel"),

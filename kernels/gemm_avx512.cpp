@@ -120,14 +120,16 @@ inline __m512i load_2x256(const void* lo, const void* hi) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Q8_0 and Q4_0 weights with Q8_0 activations. Q8_0 takes two blocks per vector; Q4_0 four (one
-// per 128-bit lane: low nibbles in one vector, high nibbles in another), and the four fp16
-// scales come out of one permute of the bytes already loaded.
+// Q8_0, Q4_0 and Q5_0 weights with Q8_0 activations. Q8_0 takes two blocks per vector; Q4_0 and
+// Q5_0 four (one per 128-bit lane: low nibbles in one vector, high nibbles in another, Q5_0's
+// fifth bits set from two 64-bit masks), and the four fp16 scales come out of one permute of
+// the bytes already loaded (two loads for Q5_0's 88-byte group).
 //
-// Packed activations per group (Q8_0: 2 blocks in 192 bytes, Q4_0: 4 blocks in 256 bytes): the
-// quants in the order the weight vectors hold them, 16 per-lane activation scales, and per-lane
-// corrections that turn unsigned weight products into signed ones: -8 * sum(x) for Q4_0's
-// nibbles, -128 * sum(x over the lane's four bytes) for Q8_0 weights taken as w + 128.
+// Packed activations per group (Q8_0: 2 blocks in 192 bytes, Q4_0 and Q5_0: 4 blocks in 256
+// bytes): the quants in the order the weight vectors hold them, 16 per-lane activation scales,
+// and per-lane corrections that turn unsigned weight products into signed ones: -8 * sum(x) for
+// Q4_0's nibbles, -16 * sum(x) for Q5_0's five bits, -128 * sum(x over the lane's four bytes)
+// for Q8_0 weights taken as w + 128.
 
 template <GgmlType W>
 constexpr std::size_t group_blocks() {
@@ -180,7 +182,7 @@ void pack_q8_0(const GemmCall& c, std::size_t begin, std::size_t end) {
           std::memcpy(q + 64 + 16 * k, x[k].qs + 16, 16);  // elements 16..31
           int sum = 0;
           for (int i = 0; i < 32; ++i) sum += x[k].qs[i];
-          corr[4 * k] = -8 * sum;
+          corr[4 * k] = -(W == GgmlType::q5_0 ? 16 : 8) * sum;
           for (int i = 0; i < 4; ++i) scale[4 * k + i] = _cvtsh_ss(x[k].d);
         }
       }
@@ -202,19 +204,49 @@ inline __m512i load_index(const WordIndex& idx) { return _mm512_loadu_si512(idx.
 // Q8_0 blocks at bytes 0 and 34, Q4_0 blocks at bytes 0, 18, 36, 54.
 constexpr WordIndex kScaleIndexQ8_0 = word_index([](int i) { return i < 16 ? (i < 8 ? 0 : 17) : 0; });
 constexpr WordIndex kScaleIndexQ4_0 = word_index([](int i) { return i < 16 ? 9 * (i / 4) : 0; });
+// Q5_0's blocks at bytes 0, 22, 44 and 66: the last scale from a second window at byte 24 (word
+// 21 there, 32 + 21 in a two-source permute), which keeps both loads inside the 88-byte group.
+constexpr std::size_t kQ5_0SecondWindow = 24;
+constexpr WordIndex kScaleIndexQ5_0 = word_index([](int i) { return i < 12 ? 11 * (i / 4) : i < 16 ? 32 + 21 : 0; });
+
+template <GgmlType W>
+using LegacyBlock = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, std::conditional_t<W == GgmlType::q4_0, BlockQ4_0, BlockQ5_0>>;
+
+// The fifth bits of four Q5_0 blocks as byte masks of the two nibble vectors: bit 16k + j of
+// `low` is element j of block k, of `high` element 16 + j.
+INFERCAST_INLINE void q5_0_high_bits(const BlockQ5_0* blk, __mmask64& low, __mmask64& high) {
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+  for (int k = 0; k < 4; ++k) {
+    std::uint32_t h = 0;
+    std::memcpy(&h, blk[k].qh, 4);
+    lo |= static_cast<std::uint64_t>(h & 0xFFFF) << (16 * k);
+    hi |= static_cast<std::uint64_t>(h >> 16) << (16 * k);
+  }
+  low = _cvtu64_mask64(lo);
+  high = _cvtu64_mask64(hi);
+}
 
 // One group of blocks of Nr weight rows against Na activation rows.
 template <GgmlType W, bool Vnni, int Nr, int Na>
 INFERCAST_INLINE void q8_0_group(const std::uint8_t* const* blocks, const std::uint8_t* const* act,
                                  Accumulators<Nr, Na>& acc) {
-  using Block = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, BlockQ4_0>;
-  const __m512i scale_index = load_index(W == GgmlType::q8_0 ? kScaleIndexQ8_0 : kScaleIndexQ4_0);
+  using Block = LegacyBlock<W>;
+  const __m512i scale_index =
+      load_index(W == GgmlType::q8_0 ? kScaleIndexQ8_0 : W == GgmlType::q4_0 ? kScaleIndexQ4_0 : kScaleIndexQ5_0);
   INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
     const auto* blk = reinterpret_cast<const Block*>(blocks[i]);
-    // Both groups span at least 64 bytes, so this window never leaves them.
+    // Every group spans at least 64 bytes, so this window never leaves it.
     const __m512i window = _mm512_loadu_si512(blk);
-    const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(scale_index, window)));
+    __m512i scale_words;
+    if constexpr (W == GgmlType::q5_0) {
+      const __m512i second = _mm512_loadu_si512(blocks[i] + kQ5_0SecondWindow);
+      scale_words = _mm512_permutex2var_epi16(window, scale_index, second);
+    } else {
+      scale_words = _mm512_permutexvar_epi16(scale_index, window);
+    }
+    const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(scale_words));
     if constexpr (W == GgmlType::q8_0) {
       const __m512i v = load_2x256(blk[0].qs, blk[1].qs);
       if constexpr (Vnni) {
@@ -248,8 +280,16 @@ INFERCAST_INLINE void q8_0_group(const std::uint8_t* const* blocks, const std::u
       q = _mm512_inserti32x4(q, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[1].qs)), 1);
       q = _mm512_inserti32x4(q, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[2].qs)), 2);
       q = _mm512_inserti32x4(q, _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[3].qs)), 3);
-      const __m512i lo = _mm512_and_si512(q, nibble);
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble);
+      __m512i lo = _mm512_and_si512(q, nibble);
+      __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble);
+      if constexpr (W == GgmlType::q5_0) {
+        __mmask64 low_bits;
+        __mmask64 high_bits;
+        q5_0_high_bits(blk, low_bits, high_bits);
+        const __m512i bit = _mm512_set1_epi8(0x10);
+        lo = _mm512_mask_add_epi8(lo, low_bits, lo, bit);
+        hi = _mm512_mask_add_epi8(hi, high_bits, hi, bit);
+      }
       INFERCAST_UNROLL
       for (int a = 0; a < Na; ++a) {
         const std::uint8_t* px = act[a];
@@ -264,7 +304,7 @@ INFERCAST_INLINE void q8_0_group(const std::uint8_t* const* blocks, const std::u
 
 template <GgmlType W, bool Vnni, int Nr, int Na>
 void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
-  using Block = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, BlockQ4_0>;
+  using Block = LegacyBlock<W>;
   constexpr std::size_t G = group_blocks<W>();
   constexpr std::size_t kGroupWeightBytes = G * sizeof(Block);
   const std::size_t nb = c.cols / kQk;
@@ -944,10 +984,11 @@ void rows_bf16_panel(const GemmCall& c, std::size_t begin, std::size_t end, std:
 
 const PackFns kPack{q8_0_packed_bytes<GgmlType::q8_0>, pack_q8_0<GgmlType::q8_0>,
                     q8_0_packed_bytes<GgmlType::q4_0>, pack_q8_0<GgmlType::q4_0>,
+                    q8_0_packed_bytes<GgmlType::q5_0>, pack_q8_0<GgmlType::q5_0>,
                     q8_k_packed_bytes,                 pack_q8_k<GgmlType::q4_k>,
                     pack_q8_k<GgmlType::q6_k>};
-const std::array<GemmKernel, 8> kPlain = make_kernels<false>("avx512", kPack);
-const std::array<GemmKernel, 8> kVnni = make_kernels<true>("avx512_vnni", kPack);
+const KernelTable kPlain = make_kernels<false>("avx512", kPack);
+const KernelTable kVnni = make_kernels<true>("avx512_vnni", kPack);
 const GemmKernel kBf16Dot{"avx512_bf16", GgmlType::bf16, bf16_packed_bytes, pack_bf16_split, 1,
                           rows_driver<RowBf16Dot<true>::Row, kFloatBatchRows, kFloatMaxLast>, 1, nullptr};
 const GemmKernel kBf16Round{"avx512_bf16_round", GgmlType::bf16, bf16_round_packed_bytes, pack_bf16_round, 1,

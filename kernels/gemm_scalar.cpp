@@ -75,7 +75,8 @@ constexpr GemmKernel x8_kernel() {
 
 constexpr std::array kKernels = {
     kernel<GgmlType::f32>(),  kernel<GgmlType::f16>(),  kernel<GgmlType::bf16>(), kernel<GgmlType::q8_0>(),
-    kernel<GgmlType::q4_0>(), kernel<GgmlType::q4_k>(), kernel<GgmlType::q5_k>(), kernel<GgmlType::q6_k>(),
+    kernel<GgmlType::q4_0>(), kernel<GgmlType::q5_0>(), kernel<GgmlType::q4_k>(), kernel<GgmlType::q5_k>(),
+    kernel<GgmlType::q6_k>(),
 };
 
 constexpr std::array kX8Kernels = {

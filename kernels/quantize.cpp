@@ -210,17 +210,25 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, std::size_t count) {
   }
 }
 
+namespace {
+// The block's element of largest magnitude, with its sign (the first of equals): Q4_0's and
+// Q5_0's scale maps it to the most negative quant.
+float signed_absmax(const float* x) {
+  float amax = 0;
+  float max = 0;
+  for (int j = 0; j < kQk; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
+}  // namespace
+
 void quantize_q4_0(const float* x, BlockQ4_0* y, std::size_t count) {
   for (std::size_t b = 0; b < count / kQk; ++b, x += kQk) {
-    float amax = 0;
-    float max = 0;
-    for (int j = 0; j < kQk; ++j) {
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
-    }
-    const float d = max / -8;
+    const float d = signed_absmax(x) / -8;
     const float id = d != 0 ? 1.0F / d : 0.0F;
     y[b].d = fp32_to_fp16(d);
     for (int j = 0; j < kQk / 2; ++j) {
@@ -229,6 +237,24 @@ void quantize_q4_0(const float* x, BlockQ4_0* y, std::size_t count) {
       const int hi = std::min(15, static_cast<int>(x[j + kQk / 2] * id + 8.5F));
       y[b].qs[j] = static_cast<std::uint8_t>(lo | (hi << 4));
     }
+  }
+}
+
+void quantize_q5_0(const float* x, BlockQ5_0* y, std::size_t count) {
+  for (std::size_t b = 0; b < count / kQk; ++b, x += kQk) {
+    const float d = signed_absmax(x) / -16;
+    const float id = d != 0 ? 1.0F / d : 0.0F;
+    y[b].d = fp32_to_fp16(d);
+    std::uint32_t qh = 0;
+    for (int j = 0; j < kQk / 2; ++j) {
+      // As Q4_0's: truncation after +16.5, always in [0, 32], and 32 taken as 31.
+      const int lo = std::min(31, static_cast<int>(x[j] * id + 16.5F));
+      const int hi = std::min(31, static_cast<int>(x[j + kQk / 2] * id + 16.5F));
+      y[b].qs[j] = static_cast<std::uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
+      qh |= static_cast<std::uint32_t>(lo >> 4) << j;
+      qh |= static_cast<std::uint32_t>(hi >> 4) << (j + kQk / 2);
+    }
+    for (int i = 0; i < 4; ++i) y[b].qh[i] = static_cast<std::uint8_t>(qh >> (8 * i));
   }
 }
 
@@ -369,6 +395,22 @@ void dequantize_q4_0(const BlockQ4_0* x, float* y, std::size_t count) {
   }
 }
 
+namespace {
+// Element j (0..31) of a Q5_0 block as its unsigned five bits.
+int q5_0_quant(const BlockQ5_0& b, int j) {
+  const std::uint32_t qh = b.qh[0] | (b.qh[1] << 8) | (b.qh[2] << 16) | (static_cast<std::uint32_t>(b.qh[3]) << 24);
+  const int low = j < kQk / 2 ? b.qs[j] & 0xF : b.qs[j - kQk / 2] >> 4;
+  return low | static_cast<int>(((qh >> j) & 1) << 4);
+}
+}  // namespace
+
+void dequantize_q5_0(const BlockQ5_0* x, float* y, std::size_t count) {
+  for (std::size_t b = 0; b < count / kQk; ++b, y += kQk) {
+    const float d = fp16_to_fp32(x[b].d);
+    for (int j = 0; j < kQk; ++j) y[j] = static_cast<float>(q5_0_quant(x[b], j) - 16) * d;
+  }
+}
+
 void dequantize_q4_k(const BlockQ4_K* x, float* y, std::size_t count) {
   for (std::size_t b = 0; b < count / kQkK; ++b) {
     const float d = fp16_to_fp32(x[b].d);
@@ -471,6 +513,16 @@ float dot_q4_0(const BlockQ4_0* w, const BlockQ8_0* x, std::size_t count) {
       isum += ((w[b].qs[j] & 0xF) - 8) * x[b].qs[j];
       isum += ((w[b].qs[j] >> 4) - 8) * x[b].qs[j + kQk / 2];
     }
+    sum += static_cast<float>(isum) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
+  }
+  return sum;
+}
+
+float dot_q5_0(const BlockQ5_0* w, const BlockQ8_0* x, std::size_t count) {
+  float sum = 0;
+  for (std::size_t b = 0; b < count / kQk; ++b) {
+    int isum = 0;
+    for (int j = 0; j < kQk; ++j) isum += (q5_0_quant(w[b], j) - 16) * x[b].qs[j];
     sum += static_cast<float>(isum) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
   }
   return sum;

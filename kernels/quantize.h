@@ -13,6 +13,7 @@ namespace infercast::reference {
 // `count` must be a multiple of the block size of the format.
 void quantize_q8_0(const float* x, BlockQ8_0* y, std::size_t count);
 void quantize_q4_0(const float* x, BlockQ4_0* y, std::size_t count);
+void quantize_q5_0(const float* x, BlockQ5_0* y, std::size_t count);
 void quantize_q4_k(const float* x, BlockQ4_K* y, std::size_t count);
 void quantize_q5_k(const float* x, BlockQ5_K* y, std::size_t count);
 void quantize_q6_k(const float* x, BlockQ6_K* y, std::size_t count);
@@ -22,6 +23,7 @@ void quantize_bf16(const float* x, std::uint16_t* y, std::size_t count);
 
 void dequantize_q8_0(const BlockQ8_0* x, float* y, std::size_t count);
 void dequantize_q4_0(const BlockQ4_0* x, float* y, std::size_t count);
+void dequantize_q5_0(const BlockQ5_0* x, float* y, std::size_t count);
 void dequantize_q4_k(const BlockQ4_K* x, float* y, std::size_t count);
 void dequantize_q5_k(const BlockQ5_K* x, float* y, std::size_t count);
 void dequantize_q6_k(const BlockQ6_K* x, float* y, std::size_t count);
@@ -33,6 +35,7 @@ void dequantize_bf16(const std::uint16_t* x, float* y, std::size_t count);
 // format (Q8_0 for Q8_0/Q4_0, Q8_K for the K-quants, F32 for the float formats).
 float dot_q8_0(const BlockQ8_0* w, const BlockQ8_0* x, std::size_t count);
 float dot_q4_0(const BlockQ4_0* w, const BlockQ8_0* x, std::size_t count);
+float dot_q5_0(const BlockQ5_0* w, const BlockQ8_0* x, std::size_t count);
 float dot_q4_k(const BlockQ4_K* w, const BlockQ8_K* x, std::size_t count);
 float dot_q5_k(const BlockQ5_K* w, const BlockQ8_K* x, std::size_t count);
 float dot_q6_k(const BlockQ6_K* w, const BlockQ8_K* x, std::size_t count);

@@ -114,16 +114,15 @@ GgmlType matrix_type(const Quantization& q, std::string_view tensor_name, int la
                      Fallback fallback) {
   GgmlType t = q.recipe != nullptr ? recipe_type(*q.recipe, tensor_name, true, layer, model) : *q.format;
   if (cols % static_cast<std::uint64_t>(format_info(t).block_elems) == 0) return t;
-  if (fallback == Fallback::llama_cpp) {
-    // ggml's numbers for the two legacy 5-bit formats, which have no kernels (nor enum names) here.
-    constexpr auto q5_0 = static_cast<GgmlType>(6);
+  if (cols % kQk == 0) {
+    // llama.cpp's choices: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0. Q5_1 has no kernels here
+    // (ggml's number, no enum name): the generator takes Q8_0 instead.
     constexpr auto q5_1 = static_cast<GgmlType>(7);
-    if (t == GgmlType::q4_k) t = q5_0;
-    if (t == GgmlType::q5_k) t = q5_1;
-    if (t == GgmlType::q6_k) t = GgmlType::q8_0;
-    if (cols % kQk == 0) return t;
+    if (t == GgmlType::q4_k) return GgmlType::q5_0;
+    if (t == GgmlType::q5_k && fallback == Fallback::llama_cpp) return q5_1;
+    return GgmlType::q8_0;
   }
-  return cols % kQk == 0 ? GgmlType::q8_0 : GgmlType::f16;
+  return GgmlType::f16;
 }
 
 GgmlType embedding_type(const Quantization& q, bool tied, RecipeModel model, std::uint64_t dim, Fallback fallback) {

@@ -61,11 +61,11 @@ Quantization parse_quantization(std::string_view name);
 // Where a matrix's rows are not a whole number of its format's blocks (Qwen's 896-wide rows and
 // Qwen2.5-72B's 29568-wide down projections under K-quants), the format it falls back to.
 enum class Fallback {
-  // As llama.cpp's quantizer: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, then F16. Q5_0 and Q5_1
-  // have no kernels here: the forecast counts their bytes and takes a stand-in's speed
-  // (stand_in_format in model/architecture.h). What sizes catalog models like llama.cpp's files.
+  // As llama.cpp's quantizer: Q4_K to Q5_0, Q5_K to Q5_1, Q6_K to Q8_0, then F16. Q5_1 has no
+  // kernels here: the forecast counts its bytes and takes a stand-in's speed (stand_in_format
+  // in model/architecture.h). What sizes catalog models like llama.cpp's files.
   llama_cpp,
-  // Formats with kernels: Q8_0, then F16. What the model generator writes.
+  // The same with formats that have kernels: Q5_K to Q8_0. What the model generator writes.
   computable,
 };
 

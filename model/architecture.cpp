@@ -179,12 +179,12 @@ std::uint64_t MatrixInfo::bytes_per_copy() const {
   return rows * (cols / g->block_elems) * g->block_bytes;
 }
 
-std::vector<WeightInventory::StandIn> WeightInventory::stand_ins() const {
+std::vector<WeightInventory::StandIn> WeightInventory::stand_ins(const std::function<GgmlType(GgmlType)>& measured_as) const {
   std::vector<StandIn> out;
   double total = 0;
   for (const auto& m : matrices) total += static_cast<double>(m.parameters());
   for (const auto& m : matrices) {
-    const GgmlType measured = m.kernel_type();
+    const GgmlType measured = measured_as ? measured_as(m.kernel_type()) : m.kernel_type();
     if (measured == m.type) continue;
     auto it = std::find_if(out.begin(), out.end(), [&](const StandIn& s) { return s.type == m.type; });
     if (it == out.end()) it = out.insert(out.end(), StandIn{m.type, measured, 0});

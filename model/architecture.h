@@ -5,6 +5,7 @@
 // bits-per-weight figures.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -89,7 +90,7 @@ struct MatrixInfo {
   [[nodiscard]] std::uint64_t parameters() const { return rows * cols * static_cast<std::uint64_t>(copies); }
 };
 
-// For a ggml type without kernels here (a llama.cpp file's Q5_0 fallbacks, Q4_1, Q3_K, IQ4_XS,
+// For a ggml type without kernels here (a llama.cpp file's Q4_1, Q5_1, Q3_K, IQ4_XS,
 // ...), the weight format with the same block length and the nearest bits per weight (the
 // lower of two as near): its decode loop is the nearest in shape and work per byte. Its
 // measured speed per byte and its accuracy then stand in; the type's own bytes are still
@@ -123,7 +124,9 @@ struct WeightInventory {
     GgmlType measured_as;
     double parameter_share;
   };
-  [[nodiscard]] std::vector<StandIn> stand_ins() const;
+  // `measured_as` maps a format with kernels to the one whose measurements stand for it (a
+  // calibration from before its kernels; see Calibration::measured_as); the identity if null.
+  [[nodiscard]] std::vector<StandIn> stand_ins(const std::function<GgmlType(GgmlType)>& measured_as = nullptr) const;
 };
 
 // Whether the engine multiplies this matrix in the product call of the one before it, which

@@ -107,6 +107,25 @@ const std::vector<CurvePoint>& curve(const Calibration& c, GgmlType type) {
 
 }  // namespace
 
+GgmlType Calibration::measured_as(GgmlType type) const {
+  if (has(type)) return type;
+  const FormatInfo& want = format_info(type);
+  std::optional<GgmlType> best;
+  for (const auto& [t, points] : curves) {
+    const FormatInfo& f = format_info(t);
+    if (points.empty() || f.block_elems != want.block_elems) continue;
+    const double gap = std::abs(f.bits_per_weight() - want.bits_per_weight());
+    if (!best) {
+      best = t;
+      continue;
+    }
+    const FormatInfo& b = format_info(*best);
+    const double best_gap = std::abs(b.bits_per_weight() - want.bits_per_weight());
+    if (gap < best_gap || (gap == best_gap && f.bits_per_weight() < b.bits_per_weight())) best = t;
+  }
+  return best.value_or(type);
+}
+
 double Calibration::seconds_per_byte(GgmlType type, double batch) const {
   return interpolate(curve(*this, type), batch, &CurvePoint::seconds_per_byte);
 }
@@ -259,7 +278,7 @@ double matrix_seconds(const Calibration& c, const Architecture& a, const WeightI
   const double touched = a.is_moe() ? expected_experts_touched(a.moe.experts, a.moe.active, batch) : 0;
   double s = 0;
   for (const auto& m : w.matrices) {
-    const GgmlType type = m.kernel_type();
+    const GgmlType type = c.measured_as(m.kernel_type());
     if (m.role == MatrixRole::expert) {
       if (!(touched > 0)) continue;
       const double per_expert = batch * a.moe.active / touched;

@@ -140,6 +140,11 @@ struct Calibration {
   std::vector<CalibrationRun> runs;
 
   [[nodiscard]] bool has(GgmlType type) const { return curves.contains(type); }
+  // The format whose curves stand for `type`: itself where this calibration measured it, else
+  // the measured format of the same block length and the nearest bits per weight, the lower of
+  // two as near (a profile from before `type` had kernels: Q5_0 then takes Q4_0's curves, as
+  // stand_in_format chose for it then). `type` itself when nothing measured is alike.
+  [[nodiscard]] GgmlType measured_as(GgmlType type) const;
   // Interpolated linearly in batch between measured points; beyond the last point, extended
   // along the last segment (a compute-bound product grows linearly with the batch).
   // Throws UsageError for a format the calibration did not measure.

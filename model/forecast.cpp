@@ -45,6 +45,7 @@ class MeasuredPerformance final : public Performance {
   }
   // The read the curves stand for (the probe's in a calibration older than curve_read_gbs).
   double stream_gbs() const override { return c_.typical_curve_read(); }
+  GgmlType measured_as(GgmlType type) const override { return c_.measured_as(type); }
   double relative_band(double matrix, double other, double memory) const override { return c_.relative_band(matrix, other, memory); }
   std::string basis() const override {
     return fmt::format("measured on this machine ({} threads, calibrated {})", c_.threads, c_.measured_at);
@@ -147,7 +148,7 @@ class DescribedPerformance final : public Performance {
       }
       const double per_copy_params = static_cast<double>(m.rows * m.cols);
       const double ops = 2.0 * per_copy_params * tokens;
-      s += product_seconds(m.kernel_type(), bytes, ops, tokens / std::max(1.0, m.role == MatrixRole::expert ? touched : 1.0));
+      s += product_seconds(measured_as(m.kernel_type()), bytes, ops, tokens / std::max(1.0, m.role == MatrixRole::expert ? touched : 1.0));
     }
     return s;
   }
@@ -195,6 +196,9 @@ class DescribedPerformance final : public Performance {
   }
 
   double stream_gbs() const override { return stream_; }
+  GgmlType measured_as(GgmlType type) const override {
+    return h_.kind == DeviceKind::gpu ? type : ref_.calibration.measured_as(type);
+  }
   double launch_seconds(const Architecture& a) const override { return a.layers * layer_latency_; }
   double relative_band(double matrix, double other, double memory) const override {
     // Learned efficiencies carry the spread of the machines they were learned from.

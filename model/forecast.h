@@ -50,6 +50,9 @@ class Performance {
   // work between the products (RMSNorm, RoPE, SwiGLU, the residual, MoE routing); a step of
   // `batch` tokens. None on a GPU, whose fixed costs are its launches.
   [[nodiscard]] virtual double overhead_seconds(const StepWork&, double /*batch*/) const { return 0; }
+  // The format whose measured speed a matrix of `type` (one with kernels) is forecast at: itself,
+  // or a measured stand-in where the calibration behind the forecast predates its kernels.
+  [[nodiscard]] virtual GgmlType measured_as(GgmlType type) const { return type; }
 };
 
 // This machine, from its calibration.

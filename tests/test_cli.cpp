@@ -272,23 +272,23 @@ TEST(CliKernels, ReadNowSetsTheMemoryCeilingFromReadsAroundTheSweep) {
 // A llama.cpp file can hold types without kernels here: predict forecasts it with a stand-in it
 // names, run refuses it naming the type.
 TEST(CliModel, AFileWithATypeWithoutKernelsIsForecastNotRun) {
-  const fs::path model = fs::temp_directory_path() / ("infercast-cli-q5-" + std::to_string(::getpid()) + ".gguf");
+  const fs::path model = fs::temp_directory_path() / ("infercast-cli-q41-" + std::to_string(::getpid()) + ".gguf");
   const Result gen = run("gen-model --layers 2 --dim 128 --ffn 256 --heads 4 --kv-heads 2 --vocab 600 --quant Q8_0 --seed 5 --out " + model.string());
   ASSERT_EQ(gen.status, 0) << gen.err;
-  set_tensor_type(model.string(), "blk.1.ffn_down.weight", 6);
+  set_tensor_type(model.string(), "blk.1.ffn_down.weight", 3);
   const Result p = run("predict --model " + model.string() + " --users 1 --hardware xeon-8480plus --compare none --json");
   ASSERT_EQ(p.status, 0) << p.err;
   const auto j = nlohmann::json::parse(p.out);
   ASSERT_EQ(j[0]["stand_in_formats"].size(), 1U);
-  EXPECT_EQ(j[0]["stand_in_formats"][0]["format"], "Q5_0");
+  EXPECT_EQ(j[0]["stand_in_formats"][0]["format"], "Q4_1");
   EXPECT_EQ(j[0]["stand_in_formats"][0]["measured_as"], "Q4_0");
   const Result text = run("predict --model " + model.string() + " --users 1 --hardware xeon-8480plus --compare none");
   ASSERT_EQ(text.status, 0) << text.err;
-  EXPECT_NE(text.out.find("Q5_0 ("), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("Q4_1 ("), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("forecast with Q4_0's"), std::string::npos) << text.out;
   const Result r = run("run --model " + model.string() + " --prompt-tokens 4 --gen-tokens 2");
   EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find("'blk.1.ffn_down.weight' is Q5_0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'blk.1.ffn_down.weight' is Q4_1"), std::string::npos) << r.err;
   fs::remove(model);
 }
 

@@ -262,6 +262,33 @@ TEST(Engine, Q8_0GreedyTokensMatchTheReferenceOver32Steps) {
   EXPECT_LE(near_ties, 2);
 }
 
+// llama.cpp's Q4_K_M of a model whose rows are not whole K-quant blocks (Qwen2.5-0.5B's 896)
+// keeps those matrices at Q5_0, and so does the generator; the engine runs them as the kernels'
+// reference computes them.
+TEST(Engine, Q5_0FallbacksRunAsTheReferenceComputesThem) {
+  GenerateOptions o;
+  o.shape = tiny_shape();
+  o.shape.dim = 160;  // 5 blocks of 32, not a K-quant super-block
+  o.shape.ffn = 384;
+  o.quant = "Q4_K_M";
+  o.seed = 7;
+  o.threads = std::min(2U, host_topology().cores);
+  const std::string path = temp_path("q5_0-fallbacks.gguf");
+  generate_model(o, path);
+  int q5_0 = 0;
+  const GgufFile file = GgufFile::open(path);
+  for (const auto& t : file.tensors()) q5_0 += t.type == GgmlType::q5_0;
+  EXPECT_GE(q5_0, 4) << "the Q4_K matrices of 160 columns should have fallen back to Q5_0";
+  const Model m = Model::load(path);
+  std::filesystem::remove(path);  // the mapping keeps the data
+  const auto tokens = prompt_tokens(16, m.config().vocab);
+  const auto ref = reference_logits(m, tokens, ReferenceMath::as_kernels);
+  const auto got = engine_logits(m, tokens);
+  const auto vocab = static_cast<std::size_t>(m.config().vocab);
+  ASSERT_EQ(got.size(), ref.size());
+  for (std::size_t p = 0; p < tokens.size(); ++p) EXPECT_GE(cosine(&got[p * vocab], &ref[p * vocab], vocab), 0.9999) << "position " << p;
+}
+
 TEST(Engine, BatchedDecodeGivesEachSequenceItsOwnLogits) {
   const Model& m = tiny_model("Q8_0");
   const auto vocab = static_cast<std::size_t>(m.config().vocab);

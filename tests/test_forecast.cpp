@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
@@ -189,9 +190,9 @@ TEST(Quantization, AGeneratedFileHasExactlyTheForecastInventory) {
 
 TEST(Quantization, FormatsWithoutKernelsTakeTheNearestFormatOfTheirBlockLength) {
   const auto stand_in = [](std::uint32_t raw) { return stand_in_format(static_cast<GgmlType>(raw)); };
-  EXPECT_EQ(stand_in(6), GgmlType::q4_0);   // Q5_0, 5.5 bits: Q4_0 (4.5) over Q8_0 (8.5)
-  EXPECT_EQ(stand_in(3), GgmlType::q4_0);   // Q4_1
-  EXPECT_EQ(stand_in(7), GgmlType::q4_0);   // Q5_1, 6.0 bits
+  EXPECT_EQ(stand_in(6), GgmlType::q5_0);   // Q5_0 has kernels of its own
+  EXPECT_EQ(stand_in(3), GgmlType::q4_0);   // Q4_1, 5.0 bits: Q4_0 (4.5) and Q5_0 (5.5) tie, the smaller wins
+  EXPECT_EQ(stand_in(7), GgmlType::q5_0);   // Q5_1, 6.0 bits
   EXPECT_EQ(stand_in(9), GgmlType::q8_0);   // Q8_1
   EXPECT_EQ(stand_in(11), GgmlType::q4_k);  // Q3_K
   EXPECT_EQ(stand_in(23), GgmlType::q4_k);  // IQ4_XS, 4.25 bits
@@ -203,22 +204,29 @@ TEST(Quantization, FormatsWithoutKernelsTakeTheNearestFormatOfTheirBlockLength) 
   EXPECT_FALSE(stand_in(99));
 }
 
-// A llama.cpp file keeps some matrices in formats infercast has no kernels for (Q5_0 where a
-// K-quant's block does not divide the rows). The forecast counts their own bytes at the speed
-// of their stand-in.
-TEST(Quantization, AFileWithFormatsWithoutKernelsIsForecastWithStandIns) {
+// A small generated Q8_0 model whose layer-1 down projection is relabelled as ggml type `type`
+// (its bytes no longer match, which an inventory never reads): its architecture and inventory.
+std::pair<Architecture, WeightInventory> inventory_with_down_as(std::uint32_t type) {
   GenerateOptions g;
   g.shape = llama_shape(2, 256, 512, 4, 2, 300);
   g.quant = "Q8_0";
-  const std::string path = temp_path("stand_in.gguf");
+  const std::string path = temp_path("retyped-" + std::to_string(type) + ".gguf");
   generate_model(g, path);
-  set_tensor_type(path, "blk.1.ffn_down.weight", 6);  // Q5_0: smaller than the Q8_0 data there
+  set_tensor_type(path, "blk.1.ffn_down.weight", type);
   const GgufFile f = GgufFile::open(path);
-  const Architecture a = architecture_from_gguf(f, "tiny");
-  const WeightInventory w = weight_inventory(f, a);
+  Architecture a = architecture_from_gguf(f, "tiny");
+  WeightInventory w = weight_inventory(f, a);
+  std::filesystem::remove(path);
+  return {std::move(a), std::move(w)};
+}
+
+// A llama.cpp file may keep some matrices in formats infercast has no kernels for (Q4_1, Q5_1,
+// Q3_K, the IQ formats). The forecast counts their own bytes at the speed of their stand-in.
+TEST(Quantization, AFileWithFormatsWithoutKernelsIsForecastWithStandIns) {
+  const auto [a, w] = inventory_with_down_as(3);  // Q4_1
   const auto stand_ins = w.stand_ins();
   ASSERT_EQ(stand_ins.size(), 1U);
-  EXPECT_EQ(static_cast<std::uint32_t>(stand_ins[0].type), 6U);
+  EXPECT_EQ(static_cast<std::uint32_t>(stand_ins[0].type), 3U);
   EXPECT_EQ(stand_ins[0].measured_as, GgmlType::q4_0);
   double matrix_params = 0;
   for (const auto& m : w.matrices) matrix_params += static_cast<double>(m.parameters());
@@ -231,14 +239,37 @@ TEST(Quantization, AFileWithFormatsWithoutKernelsIsForecastWithStandIns) {
   for (const auto& m : w.matrices) {
     const bool down = m.name == "blk.1.ffn_down.weight";
     if (down) {
-      EXPECT_EQ(m.bytes(), 256ULL * 512 / 32 * 22);  // Q5_0's own 22 bytes per 32 weights
+      EXPECT_EQ(m.bytes(), 256ULL * 512 / 32 * 20);  // Q4_1's own 20 bytes per 32 weights
     }
     expected += static_cast<double>(m.bytes()) / (down ? 10e9 : 20e9);
   }
   EXPECT_NEAR(p->matrix_seconds(a, w, 1, 1), expected, 1e-12);
   EXPECT_GT(output_error(w), 0);
-  std::filesystem::remove(path);
 }
+
+// A profile calibrated before Q5_0 had kernels holds no Q5_0 curves: its matrices take the
+// measured format nearest in block and bits, Q4_0, and the report says so.
+TEST(Quantization, AFormatTheCalibrationDidNotMeasureTakesAMeasuredStandIn) {
+  Calibration c = synthetic_calibration(20, 0.0);
+  EXPECT_EQ(c.measured_as(GgmlType::q5_0), GgmlType::q5_0);
+  c.curves.erase(GgmlType::q5_0);
+  EXPECT_EQ(c.measured_as(GgmlType::q5_0), GgmlType::q4_0);
+  c.curves.erase(GgmlType::q5_k);
+  EXPECT_EQ(c.measured_as(GgmlType::q5_k), GgmlType::q4_k);  // 5.5 bits: Q4_K 1.0 away, Q6_K 1.06
+  EXPECT_EQ(c.measured_as(GgmlType::q6_k), GgmlType::q6_k);
+
+  const auto [a, w] = inventory_with_down_as(6);  // Q5_0
+  EXPECT_TRUE(w.stand_ins().empty());  // Q5_0 has kernels
+  for (auto& point : c.curves[GgmlType::q4_0]) point.seconds_per_byte = 1 / 10e9;
+  const auto p = measured_performance(c);
+  const auto stand_ins = w.stand_ins([&](GgmlType t) { return p->measured_as(t); });
+  ASSERT_EQ(stand_ins.size(), 1U);
+  EXPECT_EQ(stand_ins[0].type, GgmlType::q5_0);
+  EXPECT_EQ(stand_ins[0].measured_as, GgmlType::q4_0);
+  double expected = 0;
+  for (const auto& m : w.matrices) expected += static_cast<double>(m.bytes()) / (m.name == "blk.1.ffn_down.weight" ? 10e9 : 20e9);
+  EXPECT_NEAR(p->matrix_seconds(a, w, 1, 1), expected, 1e-12);
+  }
 
 TEST(Quantization, ABatchTouchesMoreExpertsAndReadsMoreBytes) {
   EXPECT_DOUBLE_EQ(expected_experts_touched(8, 2, 1), 2);

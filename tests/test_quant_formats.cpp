@@ -52,11 +52,13 @@ TEST(Half, Bf16RoundsToNearestEven) {
 TEST(Blocks, SizesAndBitsPerWeight) {
   EXPECT_DOUBLE_EQ(format_info(GgmlType::q4_0).bits_per_weight(), 4.5);
   EXPECT_DOUBLE_EQ(format_info(GgmlType::q8_0).bits_per_weight(), 8.5);
+  EXPECT_DOUBLE_EQ(format_info(GgmlType::q5_0).bits_per_weight(), 5.5);
   EXPECT_DOUBLE_EQ(format_info(GgmlType::q4_k).bits_per_weight(), 4.5);
   EXPECT_DOUBLE_EQ(format_info(GgmlType::q5_k).bits_per_weight(), 5.5);
   EXPECT_DOUBLE_EQ(format_info(GgmlType::q6_k).bits_per_weight(), 6.5625);
   EXPECT_EQ(format_info(GgmlType::q4_k).row_bytes(4096), 16U * 144U);
   EXPECT_EQ(parse_format("q4_k"), GgmlType::q4_k);
+  EXPECT_EQ(parse_format("Q5_0"), GgmlType::q5_0);
   EXPECT_FALSE(parse_format("Q3_K").has_value());
 }
 
@@ -97,6 +99,40 @@ TEST(ReferenceQuantizer, Q4_0HandDerived) {
   EXPECT_EQ(b.qs[2], 15 | (8 << 4));
   EXPECT_EQ(b.qs[3], 8 | (8 << 4));
   EXPECT_EQ(b.qs[4], 9 | (8 << 4));
+}
+
+TEST(ReferenceQuantizer, Q5_0HandDerived) {
+  float x[32] = {};
+  x[0] = -16;    // the signed max: d = -16 / -16 = 1, and -16 + 16.5 -> 0
+  x[1] = 15;     // 31.5 -> 31: nibble 15, fifth bit set
+  x[2] = 15.6F;  // 32.1 -> 32, clamped to 31
+  x[3] = 0.49F;  // 16.99 -> 16: nibble 0, fifth bit set
+  x[4] = 0.5F;   // 17
+  x[5] = -0.6F;  // 15.9 -> 15: no fifth bit
+  x[16] = -3;    // 13.5 -> 13: high nibble of byte 0, bit 16 clear
+  x[17] = 2;     // 18.5 -> 18: high nibble 2 of byte 1, bit 17 set
+  BlockQ5_0 b{};
+  reference::quantize_q5_0(x, &b, 32);
+  EXPECT_EQ(b.d, 0x3C00);
+  EXPECT_EQ(b.qs[0], 0 | (13 << 4));
+  EXPECT_EQ(b.qs[1], 15 | (2 << 4));
+  EXPECT_EQ(b.qs[2], 15 | (0 << 4));  // zeros quantize to 16: nibble 0, fifth bit set
+  EXPECT_EQ(b.qs[3], 0);
+  EXPECT_EQ(b.qs[4], 1);
+  EXPECT_EQ(b.qs[5], 15);
+  // Bits 0 (x[0]), 5 (x[5]) and 16 (x[16]) clear, every other one set.
+  EXPECT_EQ(b.qh[0], 0xDE);
+  EXPECT_EQ(b.qh[1], 0xFF);
+  EXPECT_EQ(b.qh[2], 0xFE);
+  EXPECT_EQ(b.qh[3], 0xFF);
+  float back[32];
+  reference::dequantize_q5_0(&b, back, 32);
+  EXPECT_EQ(back[0], -16.0F);
+  EXPECT_EQ(back[1], 15.0F);
+  EXPECT_EQ(back[3], 0.0F);
+  EXPECT_EQ(back[5], -1.0F);
+  EXPECT_EQ(back[16], -3.0F);
+  EXPECT_EQ(back[17], 2.0F);
 }
 
 // Values 0..15 fit Q4_K exactly: scale 1, min 0, so every 6-bit scale is 63 and every min 0.
@@ -166,6 +202,7 @@ TEST(ReferenceQuantizer, GoldenHashes) {
   };
   const Golden golden[] = {
       {GgmlType::f16, 0xa69f2f85b00041a8ULL},  {GgmlType::bf16, 0x4454399c9cd76ca6ULL}, {GgmlType::q8_0, 0x470d170e28dc367bULL}, {GgmlType::q4_0, 0x94f5abd4541e7ef7ULL},
+      {GgmlType::q5_0, 0x8d251e1a4c80b745ULL},
       {GgmlType::q4_k, 0xb5e6aadade4fdb55ULL}, {GgmlType::q5_k, 0xe83766802bdf05b0ULL}, {GgmlType::q6_k, 0x163953f95bc664efULL}, {GgmlType::q8_k, 0xfb02c2100114cc9eULL},
   };
   for (const auto& g : golden) {
@@ -179,7 +216,7 @@ TEST(ReferenceQuantizer, GoldenHashes) {
 TEST(ReferenceQuantizer, RoundTripErrorShrinksWithBits) {
   const std::vector<float> x = gaussian(4096, 11);
   double previous = 1.0;
-  for (GgmlType t : {GgmlType::q4_0, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::f16}) {
+  for (GgmlType t : {GgmlType::q4_0, GgmlType::q4_k, GgmlType::q5_0, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::f16}) {
     const auto& f = format_info(t);
     std::vector<std::uint8_t> bytes(f.row_bytes(x.size()));
     std::vector<float> back(x.size());
