@@ -122,8 +122,8 @@ inline __m512i load_2x256(const void* lo, const void* hi) {
 // ---------------------------------------------------------------------------------------------
 // Q8_0, Q4_0 and Q5_0 weights with Q8_0 activations. Q8_0 takes two blocks per vector; Q4_0 and
 // Q5_0 four (one per 128-bit lane: low nibbles in one vector, high nibbles in another, Q5_0's
-// fifth bits set from two 64-bit masks), and the four fp16 scales come out of one permute of
-// the bytes already loaded (two loads for Q5_0's 88-byte group).
+// fifth bits added from two 64-bit masks), and the four fp16 scales come out of one permute of
+// the bytes already loaded (of two loads for Q5_0's 88-byte group, with its fifth bits).
 //
 // Packed activations per group (Q8_0: 2 blocks in 192 bytes, Q4_0 and Q5_0: 4 blocks in 256
 // bytes): the quants in the order the weight vectors hold them, 16 per-lane activation scales,
@@ -204,28 +204,21 @@ inline __m512i load_index(const WordIndex& idx) { return _mm512_loadu_si512(idx.
 // Q8_0 blocks at bytes 0 and 34, Q4_0 blocks at bytes 0, 18, 36, 54.
 constexpr WordIndex kScaleIndexQ8_0 = word_index([](int i) { return i < 16 ? (i < 8 ? 0 : 17) : 0; });
 constexpr WordIndex kScaleIndexQ4_0 = word_index([](int i) { return i < 16 ? 9 * (i / 4) : 0; });
-// Q5_0's blocks at bytes 0, 22, 44 and 66: the last scale from a second window at byte 24 (word
-// 21 there, 32 + 21 in a two-source permute), which keeps both loads inside the 88-byte group.
+// Q5_0's blocks at bytes 0, 22, 44 and 66: the last from a second window at byte 24 (words
+// 32 + n in a two-source permute), which keeps both loads inside the 88-byte group. Words 0-15
+// take the scales; words 16-19 the low halves of the four blocks' fifth bits and 20-23 the high
+// halves, so that 128-bit lane 2 holds them as two 64-bit byte masks of the nibble vectors (bit
+// 16k + j: element j of block k, or element 16 + j).
 constexpr std::size_t kQ5_0SecondWindow = 24;
-constexpr WordIndex kScaleIndexQ5_0 = word_index([](int i) { return i < 12 ? 11 * (i / 4) : i < 16 ? 32 + 21 : 0; });
+constexpr WordIndex kScaleIndexQ5_0 = word_index([](int i) {
+  constexpr int kWord[4] = {0, 11, 22, 32 + 21};  // block k's scale; its qh follows in two words
+  if (i < 16) return kWord[i / 4];
+  if (i < 24) return kWord[(i - 16) % 4] + 1 + (i - 16) / 4;
+  return 0;
+});
 
 template <GgmlType W>
 using LegacyBlock = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, std::conditional_t<W == GgmlType::q4_0, BlockQ4_0, BlockQ5_0>>;
-
-// The fifth bits of four Q5_0 blocks as byte masks of the two nibble vectors: bit 16k + j of
-// `low` is element j of block k, of `high` element 16 + j.
-INFERCAST_INLINE void q5_0_high_bits(const BlockQ5_0* blk, __mmask64& low, __mmask64& high) {
-  std::uint64_t lo = 0;
-  std::uint64_t hi = 0;
-  for (int k = 0; k < 4; ++k) {
-    std::uint32_t h = 0;
-    std::memcpy(&h, blk[k].qh, 4);
-    lo |= static_cast<std::uint64_t>(h & 0xFFFF) << (16 * k);
-    hi |= static_cast<std::uint64_t>(h >> 16) << (16 * k);
-  }
-  low = _cvtu64_mask64(lo);
-  high = _cvtu64_mask64(hi);
-}
 
 // One group of blocks of Nr weight rows against Na activation rows.
 template <GgmlType W, bool Vnni, int Nr, int Na>
@@ -283,9 +276,9 @@ INFERCAST_INLINE void q8_0_group(const std::uint8_t* const* blocks, const std::u
       __m512i lo = _mm512_and_si512(q, nibble);
       __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), nibble);
       if constexpr (W == GgmlType::q5_0) {
-        __mmask64 low_bits;
-        __mmask64 high_bits;
-        q5_0_high_bits(blk, low_bits, high_bits);
+        const __m128i fifth = _mm512_extracti32x4_epi32(scale_words, 2);
+        const __mmask64 low_bits = _cvtu64_mask64(static_cast<std::uint64_t>(_mm_cvtsi128_si64(fifth)));
+        const __mmask64 high_bits = _cvtu64_mask64(static_cast<std::uint64_t>(_mm_extract_epi64(fifth, 1)));
         const __m512i bit = _mm512_set1_epi8(0x10);
         lo = _mm512_mask_add_epi8(lo, low_bits, lo, bit);
         hi = _mm512_mask_add_epi8(hi, high_bits, hi, bit);
