@@ -696,6 +696,10 @@ inline __m512 load_weights16(const std::uint8_t* row, std::size_t k, __mmask16 m
 }
 
 // Sixteen columns of Nr rows against Na activation rows; `mask` selects the columns that exist.
+// In a batch every vector loaded feeds several FMAs and is pinned to a register. A GEMV's
+// activation vector feeds its four rows too, but pinned there it ran 1.18x as fast in cache and
+// 0.94-0.97x from DRAM, where decode reads its weights (docs/PERFORMANCE.md, thirty-ninth
+// session): the GEMV keeps the folded loads.
 template <GgmlType W, int Nr, int Na>
 INFERCAST_INLINE void float_step(const std::uint8_t* const (&rows)[Nr], const float* const (&x)[Na], std::size_t k,
                                  __mmask16 mask, Accumulators<Nr, Na>& acc) {
@@ -703,7 +707,7 @@ INFERCAST_INLINE void float_step(const std::uint8_t* const (&rows)[Nr], const fl
   INFERCAST_UNROLL
   for (int a = 0; a < Na; ++a) {
     xv[a] = _mm512_maskz_loadu_ps(mask, x[a] + k);
-    if constexpr (Nr > 1) INFERCAST_IN_REGISTER(xv[a]);
+    if constexpr (Na > 1) INFERCAST_IN_REGISTER(xv[a]);
   }
   INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
@@ -790,8 +794,8 @@ INFERCAST_INLINE void bf16_step(const GemmCall& c, const std::uint16_t* const (&
   Accumulators<Nr, Na>& lo_acc = kSplitBf16Sums<Low, Na> ? split_lo_acc : hi_acc;
   const std::size_t padded = round_up(c.cols, 32);
   const std::size_t stride = (Low ? bf16_packed_row(c.cols) : bf16_round_packed_row(c.cols)) / 2;
-  // Each weight and activation vector loaded once, into a register (INFERCAST_IN_REGISTER), and
-  // every product between them taken from there.
+  // In a batch each weight and activation vector is loaded once, into a register
+  // (INFERCAST_IN_REGISTER), and every product between them taken from there.
   __m512i wv[Nr];
   INFERCAST_UNROLL
   for (int i = 0; i < Nr; ++i) {
@@ -802,11 +806,11 @@ INFERCAST_INLINE void bf16_step(const GemmCall& c, const std::uint16_t* const (&
   for (int a = 0; a < Na; ++a) {
     const std::uint16_t* hi = reinterpret_cast<const std::uint16_t*>(c.packed) + (b0 + a) * stride + k;
     __m512i xh = _mm512_load_si512(hi);
-    if constexpr (Nr > 1) INFERCAST_IN_REGISTER(xh);
+    if constexpr (Nr > 1 && Na > 1) INFERCAST_IN_REGISTER(xh);  // a GEMV keeps its folded loads (float_step)
     __m512i xl = xh;
     if constexpr (Low) {
       xl = _mm512_load_si512(hi + padded);
-      if constexpr (Nr > 1) INFERCAST_IN_REGISTER(xl);
+      if constexpr (Nr > 1 && Na > 1) INFERCAST_IN_REGISTER(xl);
     }
     INFERCAST_UNROLL
     for (int i = 0; i < Nr; ++i) {
