@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <stdexcept>
 
 #include "kernels/quantize.h"
@@ -97,6 +98,23 @@ std::string weight_format_names() {
     names += format_info(t).name;
   }
   return names;
+}
+
+std::optional<GgmlType> nearest_format(int block_elems, double bits, std::span<const GgmlType> candidates) {
+  std::optional<GgmlType> best;
+  double best_gap = 0;
+  double best_bits = 0;
+  for (const GgmlType t : candidates) {
+    const FormatInfo& f = format_info(t);
+    if (f.block_elems != block_elems) continue;
+    const double gap = std::abs(f.bits_per_weight() - bits);
+    if (!best || gap < best_gap || (gap == best_gap && f.bits_per_weight() < best_bits)) {
+      best = t;
+      best_gap = gap;
+      best_bits = f.bits_per_weight();
+    }
+  }
+  return best;
 }
 
 }  // namespace infercast

@@ -40,5 +40,9 @@ bool is_known_type(std::uint32_t raw_type);
 std::span<const GgmlType> weight_formats();
 // "F32, F16, ..." for error messages.
 std::string weight_format_names();
+// Of `candidates`, the format with `block_elems` elements per block whose bits per weight are
+// nearest `bits`, the lower of two as near; nullopt where none has that block length. What
+// stands in for a format where its own kernels or measurements are missing.
+std::optional<GgmlType> nearest_format(int block_elems, double bits, std::span<const GgmlType> candidates);
 
 }  // namespace infercast

@@ -150,21 +150,7 @@ std::optional<GgmlType> stand_in_format(GgmlType type) {
   if (g == nullptr) return std::nullopt;
   const auto formats = weight_formats();
   if (std::find(formats.begin(), formats.end(), type) != formats.end()) return type;
-  const double bits = 8.0 * g->block_bytes / g->block_elems;
-  std::optional<GgmlType> best;
-  double best_gap = 0;
-  double best_bits = 0;
-  for (const GgmlType f : formats) {
-    const FormatInfo& info = format_info(f);
-    if (static_cast<std::uint32_t>(info.block_elems) != g->block_elems) continue;
-    const double gap = std::abs(info.bits_per_weight() - bits);
-    if (!best || gap < best_gap || (gap == best_gap && info.bits_per_weight() < best_bits)) {
-      best = f;
-      best_gap = gap;
-      best_bits = info.bits_per_weight();
-    }
-  }
-  return best;
+  return nearest_format(static_cast<int>(g->block_elems), 8.0 * g->block_bytes / g->block_elems, formats);
 }
 
 GgmlType MatrixInfo::kernel_type() const {

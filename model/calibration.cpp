@@ -109,21 +109,12 @@ const std::vector<CurvePoint>& curve(const Calibration& c, GgmlType type) {
 
 GgmlType Calibration::measured_as(GgmlType type) const {
   if (has(type)) return type;
-  const FormatInfo& want = format_info(type);
-  std::optional<GgmlType> best;
+  std::vector<GgmlType> measured;
   for (const auto& [t, points] : curves) {
-    const FormatInfo& f = format_info(t);
-    if (points.empty() || f.block_elems != want.block_elems) continue;
-    const double gap = std::abs(f.bits_per_weight() - want.bits_per_weight());
-    if (!best) {
-      best = t;
-      continue;
-    }
-    const FormatInfo& b = format_info(*best);
-    const double best_gap = std::abs(b.bits_per_weight() - want.bits_per_weight());
-    if (gap < best_gap || (gap == best_gap && f.bits_per_weight() < b.bits_per_weight())) best = t;
+    if (!points.empty()) measured.push_back(t);
   }
-  return best.value_or(type);
+  const FormatInfo& f = format_info(type);
+  return nearest_format(f.block_elems, f.bits_per_weight(), measured).value_or(type);
 }
 
 double Calibration::seconds_per_byte(GgmlType type, double batch) const {
