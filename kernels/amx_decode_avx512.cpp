@@ -54,7 +54,7 @@ void gguf_row(const std::uint8_t* row, std::size_t cols, const DecodedRows& s, s
   float* offset = s.offset + n * s.nsub;
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   if constexpr (W == GgmlType::q8_0 || W == GgmlType::q4_0) {
-    using Block = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, BlockQ4_0>;
+    using Block = LegacyBlock<W>;
     const auto* b = reinterpret_cast<const Block*>(row);
     const std::size_t nb = cols / kQk;
     block_scales(&b[0].d, sizeof(Block), nb, scale);

@@ -4,6 +4,7 @@
 // scales are stored as raw binary16 bits (see half.h).
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace infercast {
 
@@ -44,6 +45,11 @@ struct BlockQ5_0 {
   std::uint8_t qs[kQk / 2];   // low four bits, laid out as in Q4_0
 };
 static_assert(sizeof(BlockQ5_0) == 22);
+
+// The block of a legacy 32-element weight format: Q8_0, Q4_0 or Q5_0.
+template <GgmlType W>
+  requires(W == GgmlType::q8_0 || W == GgmlType::q4_0 || W == GgmlType::q5_0)
+using LegacyBlock = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, std::conditional_t<W == GgmlType::q4_0, BlockQ4_0, BlockQ5_0>>;
 
 // 8 sub-blocks of 32 with 6-bit scales and mins packed into 12 bytes.
 struct BlockQ4_K {

@@ -181,7 +181,7 @@ INFERCAST_INLINE __m256i q5_0_high_bytes(const BlockQ5_0& blk) {
 // product is unsigned x signed.
 template <GgmlType W, bool Vnni, int Nr, int Na>
 void row_q8_0(const GemmCall& c, std::size_t r, std::size_t b0) {
-  using Block = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, std::conditional_t<W == GgmlType::q4_0, BlockQ4_0, BlockQ5_0>>;
+  using Block = LegacyBlock<W>;
   const WeightRows<Block, Nr> w(c, r);
   const Activations<BlockQ8_0, Na> act(c, b0);
   __m256 acc[Nr][Na];

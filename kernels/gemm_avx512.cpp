@@ -217,9 +217,6 @@ constexpr WordIndex kScaleIndexQ5_0 = word_index([](int i) {
   return 0;
 });
 
-template <GgmlType W>
-using LegacyBlock = std::conditional_t<W == GgmlType::q8_0, BlockQ8_0, std::conditional_t<W == GgmlType::q4_0, BlockQ4_0, BlockQ5_0>>;
-
 // One group of blocks of Nr weight rows against Na activation rows.
 template <GgmlType W, bool Vnni, int Nr, int Na>
 INFERCAST_INLINE void q8_0_group(const std::uint8_t* const* blocks, const std::uint8_t* const* act,
