@@ -21,7 +21,7 @@ struct DecodedRows {
   std::size_t nsub;    // cols / decoded_sub_block(type)
 };
 
-// Elements per scale in the decoded rows: 16 for Q6_K, 32 for Q4_0, Q8_0, Q4_K and Q5_K.
+// Elements per scale in the decoded rows: 16 for Q6_K, 32 for Q4_0, Q5_0, Q8_0, Q4_K and Q5_K.
 constexpr std::size_t decoded_sub_block(GgmlType type) { return type == GgmlType::q6_k ? 16 : 32; }
 
 // Row n of `out` <- one GGUF-layout row of `cols` elements.

@@ -46,6 +46,14 @@ struct BlockQ5_0 {
 };
 static_assert(sizeof(BlockQ5_0) == 22);
 
+// Element j (0..31) of a Q4_0 block as its unsigned four bits (the value is d x (q - 8)), and
+// of a Q5_0 block as its unsigned five bits (d x (q - 16)).
+inline int unsigned_quant(const BlockQ4_0& b, int j) { return j < kQk / 2 ? b.qs[j] & 0xF : b.qs[j - kQk / 2] >> 4; }
+inline int unsigned_quant(const BlockQ5_0& b, int j) {
+  const int low = j < kQk / 2 ? b.qs[j] & 0xF : b.qs[j - kQk / 2] >> 4;
+  return low | ((b.qh[j / 8] >> (j % 8)) & 1) << 4;
+}
+
 // The block of a legacy 32-element weight format: Q8_0, Q4_0 or Q5_0.
 template <GgmlType W>
   requires(W == GgmlType::q8_0 || W == GgmlType::q4_0 || W == GgmlType::q5_0)

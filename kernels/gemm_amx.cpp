@@ -506,25 +506,25 @@ constexpr GemmKernel bf16_kernel() {
 }
 
 constexpr std::array kInt8Kernels = {
-    int8_kernel<GgmlType::q8_0>(), int8_kernel<GgmlType::q4_0>(), int8_kernel<GgmlType::q4_k>(),
-    int8_kernel<GgmlType::q5_k>(), int8_kernel<GgmlType::q6_k>(),
+    int8_kernel<GgmlType::q8_0>(), int8_kernel<GgmlType::q4_0>(), int8_kernel<GgmlType::q5_0>(),
+    int8_kernel<GgmlType::q4_k>(), int8_kernel<GgmlType::q5_k>(), int8_kernel<GgmlType::q6_k>(),
 };
 constexpr std::array kBf16Kernels = {
     bf16_kernel<GgmlType::bf16>(), bf16_kernel<GgmlType::f16>(),  bf16_kernel<GgmlType::q8_0>(),
-    bf16_kernel<GgmlType::q4_0>(), bf16_kernel<GgmlType::q4_k>(), bf16_kernel<GgmlType::q5_k>(),
-    bf16_kernel<GgmlType::q6_k>(),
+    bf16_kernel<GgmlType::q4_0>(), bf16_kernel<GgmlType::q5_0>(), bf16_kernel<GgmlType::q4_k>(),
+    bf16_kernel<GgmlType::q5_k>(), bf16_kernel<GgmlType::q6_k>(),
 };
 
 // The same tiles over interleaved weights: the block formats only (the float formats have no
 // interleaved layout).
 constexpr auto kX8 = WeightLayout::interleaved8;
 constexpr std::array kInt8X8Kernels = {
-    int8_kernel<GgmlType::q8_0, kX8>(), int8_kernel<GgmlType::q4_0, kX8>(), int8_kernel<GgmlType::q4_k, kX8>(),
-    int8_kernel<GgmlType::q5_k, kX8>(), int8_kernel<GgmlType::q6_k, kX8>(),
+    int8_kernel<GgmlType::q8_0, kX8>(), int8_kernel<GgmlType::q4_0, kX8>(), int8_kernel<GgmlType::q5_0, kX8>(),
+    int8_kernel<GgmlType::q4_k, kX8>(), int8_kernel<GgmlType::q5_k, kX8>(), int8_kernel<GgmlType::q6_k, kX8>(),
 };
 constexpr std::array kBf16X8Kernels = {
-    bf16_kernel<GgmlType::q8_0, kX8>(), bf16_kernel<GgmlType::q4_0, kX8>(), bf16_kernel<GgmlType::q4_k, kX8>(),
-    bf16_kernel<GgmlType::q5_k, kX8>(), bf16_kernel<GgmlType::q6_k, kX8>(),
+    bf16_kernel<GgmlType::q8_0, kX8>(), bf16_kernel<GgmlType::q4_0, kX8>(), bf16_kernel<GgmlType::q5_0, kX8>(),
+    bf16_kernel<GgmlType::q4_k, kX8>(), bf16_kernel<GgmlType::q5_k, kX8>(), bf16_kernel<GgmlType::q6_k, kX8>(),
 };
 
 template <class Int8, class Bf16>

@@ -80,8 +80,8 @@ constexpr std::array kKernels = {
 };
 
 constexpr std::array kX8Kernels = {
-    x8_kernel<GgmlType::q8_0>(), x8_kernel<GgmlType::q4_0>(), x8_kernel<GgmlType::q4_k>(),
-    x8_kernel<GgmlType::q5_k>(), x8_kernel<GgmlType::q6_k>(),
+    x8_kernel<GgmlType::q8_0>(), x8_kernel<GgmlType::q4_0>(), x8_kernel<GgmlType::q5_0>(),
+    x8_kernel<GgmlType::q4_k>(), x8_kernel<GgmlType::q5_k>(), x8_kernel<GgmlType::q6_k>(),
 };
 
 template <std::size_t N>

@@ -100,10 +100,30 @@ INFERCAST_INLINE void add_scaled(const __m256i (&dot)[Na], const std::uint16_t* 
   }
 }
 
-// --- Q4_0 -------------------------------------------------------------------------------------
+// --- Q4_0 and Q5_0 -----------------------------------------------------------------------------
 
-struct Q4_0x8 : Q8ActivationKernel {
-  using X8 = BlockQ4_0x8;
+// Q5_0's fifth bits of two steps as 0x10 bytes: qh8 is byte p of the eight rows' qh (elements
+// 8p..8p+7 of each row, kernels/interleave.h); step 2(p % 2) takes its bits 0-3, the next step
+// bits 4-7, lane r of either from row r's byte.
+INFERCAST_INLINE void q5_0_fifth_bits(const std::uint8_t* qh8, __m256i& first, __m256i& second) {
+  std::int64_t bits = 0;
+  std::memcpy(&bits, qh8, sizeof bits);
+  const __m256i row_byte = _mm256_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3,  //
+                                            4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7);
+  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi64x(bits), row_byte);
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  const auto select = [&](__m256i sel) { return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, sel), sel), bit4); };
+  first = select(_mm256_set1_epi32(0x08040201));
+  second = select(_mm256_set1_epi32(static_cast<int>(0x80402010U)));
+}
+
+// Q4_0, and Q5_0 with its fifth bits: unsigned quants (q + 8, q + 16) against the activations,
+// less 8 or 16 x the activations' sum.
+template <class Interleaved>
+struct Legacy4x8 : Q8ActivationKernel {
+  using X8 = Interleaved;
+  static constexpr bool kFifthBit = std::is_same_v<X8, BlockQ5_0x8>;
+  using Block = std::conditional_t<kFifthBit, BlockQ5_0, BlockQ4_0>;
   static constexpr int kGemvStreams = 3;  // see gemv_streams in x8_rows.inc
 
   template <int Na>
@@ -113,6 +133,7 @@ struct Q4_0x8 : Q8ActivationKernel {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.d)));
+    // Step t: elements 4t..4t+3 of row r (low nibbles) in lane r of lo[t], 16+4t.. in hi[t].
     __m256i lo[4];
     __m256i hi[4];
     INFERCAST_UNROLL
@@ -121,10 +142,21 @@ struct Q4_0x8 : Q8ActivationKernel {
       lo[t] = _mm256_and_si256(v, m4);
       hi[t] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
     }
+    if constexpr (kFifthBit) {
+      INFERCAST_UNROLL
+      for (int p = 0; p < 4; ++p) {
+        __m256i first;
+        __m256i second;
+        q5_0_fifth_bits(w.qh[p], first, second);
+        __m256i(&q)[4] = p < 2 ? lo : hi;
+        const int t = 2 * (p % 2);
+        q[t] = _mm256_or_si256(q[t], first);
+        q[t + 1] = _mm256_or_si256(q[t + 1], second);
+      }
+    }
     INFERCAST_UNROLL
     for (int a = 0; a < Na; ++a) {
       const Act& xa = x[a][b];
-      // Eight products of at most 2 x 15 x 127 each: the 16-bit sum cannot overflow.
       __m256i s0 = _mm256_maddubs_epi16(lo[0], broadcast4(xa.qs));
       __m256i s1 = _mm256_maddubs_epi16(hi[0], broadcast4(xa.qs + 16));
       INFERCAST_UNROLL
@@ -132,26 +164,29 @@ struct Q4_0x8 : Q8ActivationKernel {
         s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(lo[t], broadcast4(xa.qs + 4 * t)));
         s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(hi[t], broadcast4(xa.qs + 16 + 4 * t)));
       }
-      const __m256i dot = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones),
-                                           _mm256_set1_epi32(xa.sum8));
-      acc[a] =
-          _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(xa.d)), acc[a]);
+      // Eight products of at most 2 x 15 x 127 each fit one 16-bit sum; of five-bit quants,
+      // four (2 x 31 x 127 x 4 = 31496), so each half is widened on its own.
+      const __m256i sums = kFifthBit ? _mm256_add_epi32(_mm256_madd_epi16(s0, ones), _mm256_madd_epi16(s1, ones))
+                                     : _mm256_madd_epi16(_mm256_add_epi16(s0, s1), ones);
+      const __m256i dot = _mm256_sub_epi32(sums, _mm256_set1_epi32(kFifthBit ? 2 * xa.sum8 : xa.sum8));
+      acc[a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dw, _mm256_set1_ps(xa.d)), acc[a]);
     }
   }
 
   static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
-    const auto* w = reinterpret_cast<const BlockQ4_0*>(c.w + r * c.row_bytes);
+    const auto* w = reinterpret_cast<const Block*>(c.w + r * c.row_bytes);
     const auto* x = reinterpret_cast<const Act*>(act);
     float sum = 0;
     for (std::size_t b = 0; b < c.cols / kQk; ++b) {
-      int isum = 0;
-      for (int j = 0; j < kQk / 2; ++j)
-        isum += (w[b].qs[j] & 0xF) * x[b].qs[j] + (w[b].qs[j] >> 4) * x[b].qs[j + 16];
-      sum += static_cast<float>(isum - x[b].sum8) * (_cvtsh_ss(w[b].d) * x[b].d);
+      int isum = kFifthBit ? -2 * x[b].sum8 : -x[b].sum8;
+      for (int j = 0; j < kQk; ++j) isum += unsigned_quant(w[b], j) * x[b].qs[j];
+      sum += static_cast<float>(isum) * (_cvtsh_ss(w[b].d) * x[b].d);
     }
     return sum;
   }
 };
+using Q4_0x8 = Legacy4x8<BlockQ4_0x8>;
+using Q5_0x8 = Legacy4x8<BlockQ5_0x8>;
 
 // --- Q8_0 -------------------------------------------------------------------------------------
 
@@ -456,6 +491,7 @@ constexpr const char* kX8KernelName = "avx2_x8";
 const std::array kKernels = {
     x8_kernel<Q4_0x8>(GgmlType::q4_0, packed_q8_0, pack_q8_0),
     x8_kernel<Q8_0x8>(GgmlType::q8_0, packed_q8_0, pack_q8_0),
+    x8_kernel<Q5_0x8>(GgmlType::q5_0, packed_q8_0, pack_q8_0),
     x8_kernel<K4x8<BlockQ4_Kx8>>(GgmlType::q4_k, packed_q8_k, pack_q8_k),
     x8_kernel<K4x8<BlockQ5_Kx8>>(GgmlType::q5_k, packed_q8_k, pack_q8_k),
     x8_kernel<Q6_Kx8>(GgmlType::q6_k, packed_q8_k, pack_q8_k),

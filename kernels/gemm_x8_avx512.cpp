@@ -229,6 +229,25 @@ INFERCAST_INLINE void multiply_block(const __m512i (&q)[4], const std::uint16_t*
 
 // --- Q4_0 -------------------------------------------------------------------------------------
 
+// The quants as the VNNI kernels multiply them, unsigned: Q8_0's as q + 128 (kernels/blocks.h
+// has Q4_0's and Q5_0's).
+int unsigned_quant(const BlockQ8_0& b, int j) { return b.qs[j] + 128; }
+
+// A row past the last group of eight (GGUF layout) against one activation row, summed as the
+// vector kernels sum it: unsigned quants, then the block's offset.
+template <class Block>
+float legacy_tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
+  const auto* w = reinterpret_cast<const Block*>(c.w + r * c.row_bytes);
+  const auto* x = reinterpret_cast<const ActQ8_0*>(act);
+  float sum = 0;
+  for (std::size_t b = 0; b < c.cols / kQk; ++b) {
+    int isum = x[b].offset;
+    for (int j = 0; j < kQk; ++j) isum += unsigned_quant(w[b], j) * x[b].qs[j];
+    sum += static_cast<float>(isum) * (_cvtsh_ss(w[b].d) * x[b].d);
+  }
+  return sum;
+}
+
 struct Q4_0x8 : Q8ActivationKernel {
   using X8 = BlockQ4_0x8;
   static constexpr int kOffset = 8;
@@ -281,21 +300,38 @@ struct Q4_0x8 : Q8ActivationKernel {
     }
   }
 
-  static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
-    const auto* w = reinterpret_cast<const BlockQ4_0*>(c.w + r * c.row_bytes);
-    const auto* x = reinterpret_cast<const Act*>(act);
-    float sum = 0;
-    for (std::size_t b = 0; b < c.cols / kQk; ++b) {
-      int isum = x[b].offset;
-      for (int j = 0; j < kQk / 2; ++j)
-        isum += (w[b].qs[j] & 0xF) * x[b].qs[j] + (w[b].qs[j] >> 4) * x[b].qs[j + 16];
-      sum += static_cast<float>(isum) * (_cvtsh_ss(w[b].d) * x[b].d);
+  static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) { return legacy_tail<BlockQ4_0>(c, r, act); }
+};
+
+// --- Q5_0 -------------------------------------------------------------------------------------
+
+// Q4_0's kernel with the fifth bits added: the interleaved qh[p] is the byte mask of weight
+// vector p (kernels/interleave.h), so each vector takes one masked add of 16, and the offset is
+// -16 x sum. Batches take this kernel, not the pairs or sixteen-row ones, whose lanes hold the
+// quants in other orders than the masks do.
+struct Q5_0x8 : Q8ActivationKernel {
+  using X8 = BlockQ5_0x8;
+  static constexpr int kOffset = 16;
+
+  template <int Na>
+  INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b, __m512 (&acc)[Na]) {
+    prefetch_part<sizeof(X8), 1, kX8Ahead<Na>>(&w, 0);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    const __m512i v0 = load_pair(w.qs[0]);
+    const __m512i v1 = load_pair(w.qs[2]);
+    __m512i q[4] = {_mm512_and_si512(v0, m4), _mm512_and_si512(v1, m4), _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4),
+                    _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4)};
+    INFERCAST_UNROLL
+    for (int p = 0; p < 4; ++p) {
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, w.qh[p], sizeof bits);
+      q[p] = _mm512_mask_add_epi8(q[p], _cvtu64_mask64(bits), q[p], sixteen);
     }
-    return sum;
+    multiply_block(q, w.d, x, b, acc);
   }
 
-  // The quants as the pair kernels multiply them, unsigned: element e of a GGUF block.
-  static int unsigned_quant(const BlockQ4_0& w, int e) { return e < kQk / 2 ? w.qs[e] & 0xF : w.qs[e - kQk / 2] >> 4; }
+  static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) { return legacy_tail<BlockQ5_0>(c, r, act); }
 };
 
 // --- Q8_0 -------------------------------------------------------------------------------------
@@ -335,19 +371,7 @@ struct Q8_0x8 : Q8ActivationKernel {
     }
   }
 
-  static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
-    const auto* w = reinterpret_cast<const BlockQ8_0*>(c.w + r * c.row_bytes);
-    const auto* x = reinterpret_cast<const Act*>(act);
-    float sum = 0;
-    for (std::size_t b = 0; b < c.cols / kQk; ++b) {
-      int isum = 0;
-      for (int j = 0; j < kQk; ++j) isum += w[b].qs[j] * x[b].qs[j];
-      sum += static_cast<float>(isum) * (_cvtsh_ss(w[b].d) * x[b].d);
-    }
-    return sum;
-  }
-
-  static int unsigned_quant(const BlockQ8_0& w, int e) { return w.qs[e] + 128; }
+  static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) { return legacy_tail<BlockQ8_0>(c, r, act); }
 };
 
 // --- Q4_K and Q5_K ---------------------------------------------------------------------------
@@ -732,7 +756,7 @@ float pair_tail(const GemmCall& c, std::size_t r, const ActPairQ8_0* x, std::siz
   float sum = 0;
   for (std::size_t b = 0; b < c.cols / kQk; ++b) {
     int isum = x[b].offset[j];
-    for (int e = 0; e < kQk; ++e) isum += K::unsigned_quant(w[b], e) * x[b].qs[e / 4][j][e % 4];
+    for (int e = 0; e < kQk; ++e) isum += unsigned_quant(w[b], e) * x[b].qs[e / 4][j][e % 4];
     sum += static_cast<float>(isum) * (_cvtsh_ss(w[b].d) * x[b].d[j]);
   }
   return sum;
@@ -877,6 +901,7 @@ const std::array kPairKernels = {
 const std::array kKernels = {
     x8_kernel<Q4_0x8>(GgmlType::q4_0, packed_q8_0, pack_q8_0<Q4_0x8::kOffset>),
     x8_kernel<Q8_0x8>(GgmlType::q8_0, packed_q8_0, pack_q8_0<Q8_0x8::kOffset>),
+    x8_kernel<Q5_0x8>(GgmlType::q5_0, packed_q8_0, pack_q8_0<Q5_0x8::kOffset>),
     x8_kernel<Q4_Kx8>(GgmlType::q4_k, packed_q8_k, pack_q8_k),
     x8_kernel<Q5_Kx8>(GgmlType::q5_k, packed_q8_k, pack_q8_k),
     x8_kernel<Q6_Kx8>(GgmlType::q6_k, packed_q8_k, pack_q8_k),

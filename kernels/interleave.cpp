@@ -34,6 +34,19 @@ void pack(const Unpacked& u, BlockQ4_0& b) {
   for (int i = 0; i < kQk / 2; ++i) b.qs[i] = static_cast<std::uint8_t>(u.q[i] | u.q[i + 16] << 4);
 }
 
+void unpack(const BlockQ5_0& b, Unpacked& u) {
+  u.d = b.d;
+  for (int j = 0; j < kQk; ++j) u.q[j] = static_cast<std::uint8_t>(unsigned_quant(b, j));
+}
+void pack(const Unpacked& u, BlockQ5_0& b) {
+  b.d = u.d;
+  for (int i = 0; i < kQk / 2; ++i) b.qs[i] = static_cast<std::uint8_t>((u.q[i] & 0xF) | (u.q[i + 16] & 0xF) << 4);
+  for (int p = 0; p < 4; ++p) {
+    b.qh[p] = 0;
+    for (int j = 0; j < 8; ++j) b.qh[p] = static_cast<std::uint8_t>(b.qh[p] | (u.q[8 * p + j] >> 4) << j);
+  }
+}
+
 void unpack(const BlockQ8_0& b, Unpacked& u) {
   u.d = b.d;
   std::memcpy(u.q, b.qs, kQk);
@@ -134,16 +147,28 @@ void pack(const Unpacked& u, BlockQ6_K& b) {
 
 // --- Interleaved blocks <-> eight Unpacked rows --------------------------------------------
 
-void write_x8(const Unpacked* u, BlockQ4_0x8& b) {
+// Q4_0 and Q5_0: the low four bits in qs, Q5_0's fifth in qh.
+template <class X8>
+concept Legacy4x8 = std::is_same_v<X8, BlockQ4_0x8> || std::is_same_v<X8, BlockQ5_0x8>;
+
+template <Legacy4x8 X8>
+void write_x8(const Unpacked* u, X8& b) {
   for (int r = 0; r < kR; ++r) {
     b.d[r] = u[r].d;
     for (int t = 0; t < 4; ++t) {
       for (int i = 0; i < 4; ++i)
-        b.qs[t][r][i] = static_cast<std::uint8_t>(u[r].q[4 * t + i] | u[r].q[16 + 4 * t + i] << 4);
+        b.qs[t][r][i] = static_cast<std::uint8_t>((u[r].q[4 * t + i] & 0xF) | (u[r].q[16 + 4 * t + i] & 0xF) << 4);
+    }
+    if constexpr (std::is_same_v<X8, BlockQ5_0x8>) {
+      for (int p = 0; p < 4; ++p) {
+        b.qh[p][r] = 0;
+        for (int j = 0; j < 8; ++j) b.qh[p][r] = static_cast<std::uint8_t>(b.qh[p][r] | (u[r].q[8 * p + j] >> 4) << j);
+      }
     }
   }
 }
-void read_x8(const BlockQ4_0x8& b, Unpacked* u) {
+template <Legacy4x8 X8>
+void read_x8(const X8& b, Unpacked* u) {
   for (int r = 0; r < kR; ++r) {
     u[r].d = b.d[r];
     for (int t = 0; t < 4; ++t) {
@@ -151,6 +176,9 @@ void read_x8(const BlockQ4_0x8& b, Unpacked* u) {
         u[r].q[4 * t + i] = b.qs[t][r][i] & 0xF;
         u[r].q[16 + 4 * t + i] = b.qs[t][r][i] >> 4;
       }
+    }
+    if constexpr (std::is_same_v<X8, BlockQ5_0x8>) {
+      for (int e = 0; e < kQk; ++e) u[r].q[e] = static_cast<std::uint8_t>(u[r].q[e] | ((b.qh[e / 8][r] >> (e % 8)) & 1) << 4);
     }
   }
 }
@@ -194,7 +222,10 @@ void read_k4_scales(const std::uint8_t* s, Unpacked* u) {
 }
 
 template <class X8>
-void write_k4_x8(const Unpacked* u, X8& b) {
+concept K4x8 = std::is_same_v<X8, BlockQ4_Kx8> || std::is_same_v<X8, BlockQ5_Kx8>;
+
+template <K4x8 X8>
+void write_x8(const Unpacked* u, X8& b) {
   write_k4_scales(u, b.scales);
   if constexpr (std::is_same_v<X8, BlockQ5_Kx8>) std::memset(b.qh, 0, sizeof(b.qh));
   for (int r = 0; r < kR; ++r) {
@@ -215,8 +246,8 @@ void write_k4_x8(const Unpacked* u, X8& b) {
     }
   }
 }
-template <class X8>
-void read_k4_x8(const X8& b, Unpacked* u) {
+template <K4x8 X8>
+void read_x8(const X8& b, Unpacked* u) {
   read_k4_scales(b.scales, u);
   for (int r = 0; r < kR; ++r) {
     u[r].d = b.d[r];
@@ -236,18 +267,6 @@ void read_k4_x8(const X8& b, Unpacked* u) {
       }
     }
   }
-}
-void write_x8(const Unpacked* u, BlockQ4_Kx8& b) {
-  write_k4_x8(u, b);
-}
-void read_x8(const BlockQ4_Kx8& b, Unpacked* u) {
-  read_k4_x8(b, u);
-}
-void write_x8(const Unpacked* u, BlockQ5_Kx8& b) {
-  write_k4_x8(u, b);
-}
-void read_x8(const BlockQ5_Kx8& b, Unpacked* u) {
-  read_k4_x8(b, u);
 }
 
 void write_x8(const Unpacked* u, BlockQ6_Kx8& b) {
@@ -283,7 +302,8 @@ void read_x8(const BlockQ6_Kx8& b, Unpacked* u) {
 
 template <class Block>
 constexpr std::size_t elements_of() {
-  return std::is_same_v<Block, BlockQ4_0> || std::is_same_v<Block, BlockQ8_0> ? kQk : kQkK;
+  constexpr bool kLegacy = std::is_same_v<Block, BlockQ4_0> || std::is_same_v<Block, BlockQ5_0> || std::is_same_v<Block, BlockQ8_0>;
+  return kLegacy ? kQk : kQkK;
 }
 
 template <class Block, class X8>
@@ -339,6 +359,9 @@ bool with_layouts_of(GgmlType type, F&& f) {
   switch (type) {
     case GgmlType::q4_0:
       f.template operator()<BlockQ4_0, BlockQ4_0x8>();
+      return true;
+    case GgmlType::q5_0:
+      f.template operator()<BlockQ5_0, BlockQ5_0x8>();
       return true;
     case GgmlType::q8_0:
       f.template operator()<BlockQ8_0, BlockQ8_0x8>();

@@ -28,6 +28,17 @@ struct BlockQ4_0x8 {
 };
 static_assert(sizeof(BlockQ4_0x8) == kInterleave * sizeof(BlockQ4_0));
 
+// As Q4_0, plus qh[p][r] = byte p of row r's fifth bits: bit j is that of element 8p+j. Byte p
+// of the eight rows is then the 64-bit mask of exactly the bytes of the vector that holds
+// elements 8p..8p+7 of every row (kernels/gemm_x8_avx512.cpp), so an AVX-512 kernel adds the
+// fifth bits with one masked add per vector.
+struct BlockQ5_0x8 {
+  std::uint16_t d[kInterleave];
+  std::uint8_t qh[4][kInterleave];
+  std::uint8_t qs[4][kInterleave][4];
+};
+static_assert(sizeof(BlockQ5_0x8) == kInterleave * sizeof(BlockQ5_0));
+
 // qs[t][r][i] = element 4t+i of row r.
 struct BlockQ8_0x8 {
   std::uint16_t d[kInterleave];

@@ -395,19 +395,10 @@ void dequantize_q4_0(const BlockQ4_0* x, float* y, std::size_t count) {
   }
 }
 
-namespace {
-// Element j (0..31) of a Q5_0 block as its unsigned five bits.
-int q5_0_quant(const BlockQ5_0& b, int j) {
-  const std::uint32_t qh = b.qh[0] | (b.qh[1] << 8) | (b.qh[2] << 16) | (static_cast<std::uint32_t>(b.qh[3]) << 24);
-  const int low = j < kQk / 2 ? b.qs[j] & 0xF : b.qs[j - kQk / 2] >> 4;
-  return low | static_cast<int>(((qh >> j) & 1) << 4);
-}
-}  // namespace
-
 void dequantize_q5_0(const BlockQ5_0* x, float* y, std::size_t count) {
   for (std::size_t b = 0; b < count / kQk; ++b, y += kQk) {
     const float d = fp16_to_fp32(x[b].d);
-    for (int j = 0; j < kQk; ++j) y[j] = static_cast<float>(q5_0_quant(x[b], j) - 16) * d;
+    for (int j = 0; j < kQk; ++j) y[j] = static_cast<float>(unsigned_quant(x[b], j) - 16) * d;
   }
 }
 
@@ -522,7 +513,7 @@ float dot_q5_0(const BlockQ5_0* w, const BlockQ8_0* x, std::size_t count) {
   float sum = 0;
   for (std::size_t b = 0; b < count / kQk; ++b) {
     int isum = 0;
-    for (int j = 0; j < kQk; ++j) isum += (q5_0_quant(w[b], j) - 16) * x[b].qs[j];
+    for (int j = 0; j < kQk; ++j) isum += (unsigned_quant(w[b], j) - 16) * x[b].qs[j];
     sum += static_cast<float>(isum) * (fp16_to_fp32(w[b].d) * fp16_to_fp32(x[b].d));
   }
   return sum;

@@ -297,8 +297,8 @@ TEST_P(InterleaveFormats, TheAmxDecodeOfAGroupEqualsTheGgufRowsDecode) {
           << f.name << " offsets of row " << r;
     }
   }
-  // Random quants reach each format's whole decoded range: Q4_0 and Q6_K less their bias, Q4_K
-  // and Q5_K unsigned (their mins go to the offsets), Q5_K's fifth bits included.
+  // Random quants reach each format's whole decoded range: Q4_0, Q5_0 and Q6_K less their bias,
+  // Q4_K and Q5_K unsigned (their mins go to the offsets), the fifth bits included.
   int lo = 0;
   int hi = 0;
   for (std::size_t r = 0; r < rows; ++r) {
@@ -309,6 +309,7 @@ TEST_P(InterleaveFormats, TheAmxDecodeOfAGroupEqualsTheGgufRowsDecode) {
   }
   const std::pair<int, int> range = t == GgmlType::q8_0   ? std::pair{-128, 127}
                                     : t == GgmlType::q4_0 ? std::pair{-8, 7}
+                                    : t == GgmlType::q5_0 ? std::pair{-16, 15}
                                     : t == GgmlType::q4_k ? std::pair{0, 15}
                                     : t == GgmlType::q5_k ? std::pair{0, 31}
                                                           : std::pair{-32, 31};
