@@ -58,6 +58,11 @@ const GemmKernel* amx_x8_gemm_kernel(GgmlType type, std::size_t batch);
 // ("avx512_x8_pairs"); below it the pairs' second permute per weight load costs more than
 // their saving (Q4_0 batch 2, Zen 4: 0.94x).
 inline constexpr std::size_t kPairMinBatch = 4;
+// Q5_0, which has no sixteen-row kernel, takes its pairs from one row past the eight the
+// single-row kernel multiplies in one pass: against that kernel (4096x14336 from DRAM, two
+// threads, Zen 5, alternated) the pairs ran 0.83x at batch 4 and 0.92x at 8, but 1.18x at 9,
+// 1.2x at 10 and 12, and 1.14-1.19x at 16 and 64.
+inline constexpr std::size_t kQ5_0PairMinBatch = 9;
 // Q4_0 batches from kSixteenMinBatch to kSixteenMaxBatch rows take two groups of eight rows side
 // by side instead ("avx512_x16"; kernels/gemm_x8_avx512.cpp has the figures). Batch 2 gained
 // 1.03x (not worth a third kernel there), batches 16-64 0.88-1.07x, where the pairs kernel

@@ -248,8 +248,23 @@ float legacy_tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
   return sum;
 }
 
+// Element group k (elements 4k..4k+3) of each row of a Q4_0/Q5_0 block in both lanes of its
+// pair, in q[k]: the pairs kernels' weights.
+INFERCAST_INLINE void duplicated_nibbles(const std::uint8_t (&qs)[4][kInterleave][4], __m512i (&q)[8]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i v0 = _mm512_loadu_si512(qs[0]);  // steps 0, 1
+  const __m512i v1 = _mm512_loadu_si512(qs[2]);  // steps 2, 3
+  const __m512i s[4] = {first_step_twice(v0), second_step_twice(v0), first_step_twice(v1), second_step_twice(v1)};
+  INFERCAST_UNROLL
+  for (int t = 0; t < 4; ++t) {
+    q[t] = _mm512_and_si512(s[t], m4);                              // elements 4t..4t+3
+    q[4 + t] = _mm512_and_si512(_mm512_srli_epi16(s[t], 4), m4);  // elements 16+4t..
+  }
+}
+
 struct Q4_0x8 : Q8ActivationKernel {
   using X8 = BlockQ4_0x8;
+  using Block = BlockQ4_0;
   static constexpr int kOffset = 8;
   // Batches of up to four rows (two pairs) on two streams in rows_pairs, which takes Q4_0 only
   // beyond kSixteenMaxBatch while the sixteen-row kernel serves the small batches. Three and
@@ -273,15 +288,7 @@ struct Q4_0x8 : Q8ActivationKernel {
   template <bool Prefetch>
   INFERCAST_INLINE static void duplicated(const X8& w, __m512i (&q)[8]) {
     if constexpr (Prefetch) prefetch_part<sizeof(X8), 1, kX8BatchAhead>(&w, 0);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i v0 = _mm512_loadu_si512(w.qs[0]);  // steps 0, 1
-    const __m512i v1 = _mm512_loadu_si512(w.qs[2]);  // steps 2, 3
-    const __m512i s[4] = {first_step_twice(v0), second_step_twice(v0), first_step_twice(v1), second_step_twice(v1)};
-    INFERCAST_UNROLL
-    for (int t = 0; t < 4; ++t) {
-      q[t] = _mm512_and_si512(s[t], m4);                              // elements 4t..4t+3
-      q[4 + t] = _mm512_and_si512(_mm512_srli_epi16(s[t], 4), m4);  // elements 16+4t..
-    }
+    duplicated_nibbles(w.qs, q);
   }
 
   // Steps of groups a and b side by side (see "Sixteen rows"): q[k] against activation quants
@@ -307,11 +314,15 @@ struct Q4_0x8 : Q8ActivationKernel {
 
 // Q4_0's kernel with the fifth bits added: the interleaved qh[p] is the byte mask of weight
 // vector p (kernels/interleave.h), so each vector takes one masked add of 16, and the offset is
-// -16 x sum. Batches take this kernel, not the pairs or sixteen-row ones, whose lanes hold the
-// quants in other orders than the masks do.
+// -16 x sum. Batches of up to eight rows take this kernel and larger ones the pairs kernel
+// (kQ5_0PairMinBatch), whose masks are reshuffled from the same bytes in general registers
+// (duplicated below). There is no sixteen-row Q5_0 kernel: its lanes would need each row's
+// nibbles of qh gathered into 32 bits, which takes BMI2's pext or a shuffle per vector.
 struct Q5_0x8 : Q8ActivationKernel {
   using X8 = BlockQ5_0x8;
+  using Block = BlockQ5_0;
   static constexpr int kOffset = 16;
+  static constexpr int kTwoStreamPairs = Q4_0x8::kTwoStreamPairs;
 
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b, __m512 (&acc)[Na]) {
@@ -331,6 +342,24 @@ struct Q5_0x8 : Q8ActivationKernel {
     multiply_block(q, w.d, x, b, acc);
   }
 
+  // As Q4_0x8::duplicated: q[k] holds elements 4k..4k+3 of row r in both lanes of its pair, so
+  // its mask takes nibble k % 2 of the row's qh byte k / 2 into both nibbles of mask byte r.
+  template <bool Prefetch>
+  INFERCAST_INLINE static void duplicated(const X8& w, __m512i (&q)[8]) {
+    if constexpr (Prefetch) prefetch_part<sizeof(X8), 1, kX8BatchAhead>(&w, 0);
+    duplicated_nibbles(w.qs, q);
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    INFERCAST_UNROLL
+    for (int p = 0; p < 4; ++p) {
+      std::uint64_t bits = 0;
+      std::memcpy(&bits, w.qh[p], sizeof bits);
+      const std::uint64_t even = bits & 0x0F0F0F0F0F0F0F0FULL;
+      const std::uint64_t odd = (bits >> 4) & 0x0F0F0F0F0F0F0F0FULL;
+      q[2 * p] = _mm512_mask_add_epi8(q[2 * p], _cvtu64_mask64(even | even << 4), q[2 * p], sixteen);
+      q[2 * p + 1] = _mm512_mask_add_epi8(q[2 * p + 1], _cvtu64_mask64(odd | odd << 4), q[2 * p + 1], sixteen);
+    }
+  }
+
   static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) { return legacy_tail<BlockQ5_0>(c, r, act); }
 };
 
@@ -338,6 +367,7 @@ struct Q5_0x8 : Q8ActivationKernel {
 
 struct Q8_0x8 : Q8ActivationKernel {
   using X8 = BlockQ8_0x8;
+  using Block = BlockQ8_0;
   static constexpr int kOffset = 128;
   // Batches of up to eight rows (four pairs) on two streams (rows_pairs): Q8_0 reads twice the
   // bytes of Q4_0 per product and stays bound by DRAM there; batches 5-8 ran 1.09-1.27x
@@ -751,8 +781,7 @@ void pair_groups(const GemmCall& c, std::size_t r0, std::size_t stride, std::siz
 // Row r against activation row j of a pair, in the GGUF layout (the rows past the last group).
 template <class K>
 float pair_tail(const GemmCall& c, std::size_t r, const ActPairQ8_0* x, std::size_t j) {
-  using Block = std::conditional_t<std::is_same_v<K, Q4_0x8>, BlockQ4_0, BlockQ8_0>;
-  const auto* w = reinterpret_cast<const Block*>(c.w + r * c.row_bytes);
+  const auto* w = reinterpret_cast<const typename K::Block*>(c.w + r * c.row_bytes);
   float sum = 0;
   for (std::size_t b = 0; b < c.cols / kQk; ++b) {
     int isum = x[b].offset[j];
@@ -896,6 +925,7 @@ const std::array kSixteenKernels = {
 const std::array kPairKernels = {
     GemmKernel{"avx512_x8_pairs", GgmlType::q4_0, packed_pairs, pack_pairs<Q4_0x8::kOffset>, 2, rows_pairs<Q4_0x8>, kR, nullptr},
     GemmKernel{"avx512_x8_pairs", GgmlType::q8_0, packed_pairs, pack_pairs<Q8_0x8::kOffset>, 2, rows_pairs<Q8_0x8>, kR, nullptr},
+    GemmKernel{"avx512_x8_pairs", GgmlType::q5_0, packed_pairs, pack_pairs<Q5_0x8::kOffset>, 2, rows_pairs<Q5_0x8>, kR, nullptr},
 };
 
 const std::array kKernels = {
@@ -913,7 +943,8 @@ const GemmKernel* avx512_x8_gemm_kernel(GgmlType type, std::size_t batch) {
   const bool sixteen_rows = batch >= kSixteenMinBatch && batch <= kSixteenMaxBatch;
   const GemmKernel* sixteen = sixteen_rows ? find_x8_kernel(kSixteenKernels, type) : nullptr;
   if (sixteen != nullptr) return sixteen;
-  const GemmKernel* pairs = batch >= kPairMinBatch ? find_x8_kernel(kPairKernels, type) : nullptr;
+  const std::size_t pair_min = type == GgmlType::q5_0 ? kQ5_0PairMinBatch : kPairMinBatch;
+  const GemmKernel* pairs = batch >= pair_min ? find_x8_kernel(kPairKernels, type) : nullptr;
   return pairs != nullptr ? pairs : find_x8_kernel(kKernels, type);
 }
 
