@@ -58,10 +58,11 @@ const GemmKernel* amx_x8_gemm_kernel(GgmlType type, std::size_t batch);
 // ("avx512_x8_pairs"); below it the pairs' second permute per weight load costs more than
 // their saving (Q4_0 batch 2, Zen 4: 0.94x).
 inline constexpr std::size_t kPairMinBatch = 4;
-// Q5_0, which has no sixteen-row kernel, takes its pairs from one row past the eight the
-// single-row kernel multiplies in one pass: against that kernel (4096x14336 from DRAM, two
-// threads, Zen 5, alternated) the pairs ran 0.83x at batch 4 and 0.92x at 8, but 1.18x at 9,
-// 1.2x at 10 and 12, and 1.14-1.19x at 16 and 64.
+// Q5_0 takes its pairs from batch 9, and its sixteen-row kernel below that (from
+// kSixteenMinBatch): 4096x14336 from DRAM, two threads, Zen 5, alternated, against the
+// single-row kernel the pairs ran 0.83x at batch 4 and 0.92x at 8 but 1.18x at 9, 1.2x at 10
+// and 12, 1.14-1.19x at 16 and 64; the sixteen-row kernel 0.95-1.03x at 3 and 4, 1.02-1.07x
+// at 6 and 8 (1.1-1.17x at 8 on one core in cache), but 0.96x the pairs at 9 and 0.9x at 12.
 inline constexpr std::size_t kQ5_0PairMinBatch = 9;
 // Q4_0 batches from kSixteenMinBatch to kSixteenMaxBatch rows take two groups of eight rows side
 // by side instead ("avx512_x16"; kernels/gemm_x8_avx512.cpp has the figures). Batch 2 gained

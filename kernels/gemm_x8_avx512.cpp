@@ -262,6 +262,23 @@ INFERCAST_INLINE void duplicated_nibbles(const std::uint8_t (&qs)[4][kInterleave
   }
 }
 
+// Steps of two Q4_0/Q5_0 groups a and b side by side (see "Sixteen rows"): q[k] against
+// activation quants 4k..4k+3, the low nibbles of step t in q[t] and the high ones in q[4 + t].
+INFERCAST_INLINE void sixteen_nibbles(const std::uint8_t (&a)[4][kInterleave][4], const std::uint8_t (&b)[4][kInterleave][4],
+                                      __m512i (&q)[8]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i a0 = _mm512_loadu_si512(a[0]);
+  const __m512i b0 = _mm512_loadu_si512(b[0]);
+  const __m512i a1 = _mm512_loadu_si512(a[2]);
+  const __m512i b1 = _mm512_loadu_si512(b[2]);
+  const __m512i s[4] = {first_steps(a0, b0), second_steps(a0, b0), first_steps(a1, b1), second_steps(a1, b1)};
+  INFERCAST_UNROLL
+  for (int t = 0; t < 4; ++t) {
+    q[t] = _mm512_and_si512(s[t], m4);
+    q[4 + t] = _mm512_and_si512(_mm512_srli_epi16(s[t], 4), m4);
+  }
+}
+
 struct Q4_0x8 : Q8ActivationKernel {
   using X8 = BlockQ4_0x8;
   using Block = BlockQ4_0;
@@ -291,21 +308,7 @@ struct Q4_0x8 : Q8ActivationKernel {
     duplicated_nibbles(w.qs, q);
   }
 
-  // Steps of groups a and b side by side (see "Sixteen rows"): q[k] against activation quants
-  // 4k..4k+3, the low nibbles of step t in q[t] and the high ones in q[4 + t].
-  INFERCAST_INLINE static void sixteen(const X8& a, const X8& b, __m512i (&q)[8]) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i a0 = _mm512_loadu_si512(a.qs[0]);
-    const __m512i b0 = _mm512_loadu_si512(b.qs[0]);
-    const __m512i a1 = _mm512_loadu_si512(a.qs[2]);
-    const __m512i b1 = _mm512_loadu_si512(b.qs[2]);
-    const __m512i s[4] = {first_steps(a0, b0), second_steps(a0, b0), first_steps(a1, b1), second_steps(a1, b1)};
-    INFERCAST_UNROLL
-    for (int t = 0; t < 4; ++t) {
-      q[t] = _mm512_and_si512(s[t], m4);
-      q[4 + t] = _mm512_and_si512(_mm512_srli_epi16(s[t], 4), m4);
-    }
-  }
+  INFERCAST_INLINE static void sixteen(const X8& a, const X8& b, __m512i (&q)[8]) { sixteen_nibbles(a.qs, b.qs, q); }
 
   static float tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) { return legacy_tail<BlockQ4_0>(c, r, act); }
 };
@@ -314,10 +317,9 @@ struct Q4_0x8 : Q8ActivationKernel {
 
 // Q4_0's kernel with the fifth bits added: the interleaved qh[p] is the byte mask of weight
 // vector p (kernels/interleave.h), so each vector takes one masked add of 16, and the offset is
-// -16 x sum. Batches of up to eight rows take this kernel and larger ones the pairs kernel
-// (kQ5_0PairMinBatch), whose masks are reshuffled from the same bytes in general registers
-// (duplicated below). There is no sixteen-row Q5_0 kernel: its lanes would need each row's
-// nibbles of qh gathered into 32 bits, which takes BMI2's pext or a shuffle per vector.
+// -16 x sum. The GEMV and batches of two take this kernel; batches of three to eight the
+// sixteen-row kernel and larger ones the pairs kernel (kQ5_0PairMinBatch), whose masks are
+// reshuffled from the same bytes (sixteen and duplicated below).
 struct Q5_0x8 : Q8ActivationKernel {
   using X8 = BlockQ5_0x8;
   using Block = BlockQ5_0;
@@ -357,6 +359,28 @@ struct Q5_0x8 : Q8ActivationKernel {
       const std::uint64_t odd = (bits >> 4) & 0x0F0F0F0F0F0F0F0FULL;
       q[2 * p] = _mm512_mask_add_epi8(q[2 * p], _cvtu64_mask64(even | even << 4), q[2 * p], sixteen);
       q[2 * p + 1] = _mm512_mask_add_epi8(q[2 * p + 1], _cvtu64_mask64(odd | odd << 4), q[2 * p + 1], sixteen);
+    }
+  }
+
+  // As Q4_0x8::sixteen: q[k] holds elements 4k..4k+3 of group a's row r in lane r and of group
+  // b's in lane 8 + r, so its mask takes nibble k % 2 of each row's qh byte k / 2 into mask bits
+  // 4r..4r+3 (a) and 32+4r.. (b): a byte shuffle spreads the sixteen rows' qh bytes, a bit test
+  // per nibble makes the two masks.
+  INFERCAST_INLINE static void sixteen(const X8& a, const X8& b, __m512i (&q)[8]) {
+    sixteen_nibbles(a.qs, b.qs, q);
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    const __m512i row_byte = _mm512_set_epi32(0x0F0F0F0F, 0x0E0E0E0E, 0x0D0D0D0D, 0x0C0C0C0C, 0x0B0B0B0B, 0x0A0A0A0A,
+                                              0x09090909, 0x08080808, 0x07070707, 0x06060606, 0x05050505, 0x04040404,
+                                              0x03030303, 0x02020202, 0x01010101, 0x00000000);
+    const __m512i low_nibble = _mm512_set1_epi32(0x08040201);
+    const __m512i high_nibble = _mm512_set1_epi32(static_cast<int>(0x80402010U));
+    INFERCAST_UNROLL
+    for (int p = 0; p < 4; ++p) {
+      const __m128i both = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.qh[p])),
+                                              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qh[p])));
+      const __m512i spread = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(both), row_byte);
+      q[2 * p] = _mm512_mask_add_epi8(q[2 * p], _mm512_test_epi8_mask(spread, low_nibble), q[2 * p], sixteen);
+      q[2 * p + 1] = _mm512_mask_add_epi8(q[2 * p + 1], _mm512_test_epi8_mask(spread, high_nibble), q[2 * p + 1], sixteen);
     }
   }
 
@@ -920,6 +944,7 @@ void rows_sixteen(const GemmCall& c, std::size_t begin, std::size_t end, std::ui
 
 const std::array kSixteenKernels = {
     GemmKernel{"avx512_x16", GgmlType::q4_0, packed_q8_0, pack_q8_0<Q4_0x8::kOffset>, 1, rows_sixteen<Q4_0x8>, kR, nullptr},
+    GemmKernel{"avx512_x16", GgmlType::q5_0, packed_q8_0, pack_q8_0<Q5_0x8::kOffset>, 1, rows_sixteen<Q5_0x8>, kR, nullptr},
 };
 
 const std::array kPairKernels = {
@@ -940,11 +965,11 @@ const std::array kKernels = {
 }  // namespace
 
 const GemmKernel* avx512_x8_gemm_kernel(GgmlType type, std::size_t batch) {
-  const bool sixteen_rows = batch >= kSixteenMinBatch && batch <= kSixteenMaxBatch;
+  const bool q5_0 = type == GgmlType::q5_0;
+  const bool sixteen_rows = batch >= kSixteenMinBatch && batch <= (q5_0 ? kQ5_0PairMinBatch - 1 : kSixteenMaxBatch);
   const GemmKernel* sixteen = sixteen_rows ? find_x8_kernel(kSixteenKernels, type) : nullptr;
   if (sixteen != nullptr) return sixteen;
-  const std::size_t pair_min = type == GgmlType::q5_0 ? kQ5_0PairMinBatch : kPairMinBatch;
-  const GemmKernel* pairs = batch >= pair_min ? find_x8_kernel(kPairKernels, type) : nullptr;
+  const GemmKernel* pairs = batch >= (q5_0 ? kQ5_0PairMinBatch : kPairMinBatch) ? find_x8_kernel(kPairKernels, type) : nullptr;
   return pairs != nullptr ? pairs : find_x8_kernel(kKernels, type);
 }
 

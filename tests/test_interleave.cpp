@@ -205,15 +205,16 @@ TEST(Interleave, EachLayoutGoesToItsOwnKernels) {
   }
   if (max_supported_level(host_cpu()) >= IsaLevel::avx512) {
     // VNNI has its own interleaved kernels for every interleaved format; CPUs without VNNI keep AVX2's.
-    // Q4_0, Q5_0 and Q8_0 batches take their activation rows in pairs (Q5_0 from a larger batch),
-    // but Q4_0's small batches take sixteen weight rows at a time.
+    // Q4_0, Q5_0 and Q8_0 batches take their activation rows in pairs, but the small batches of
+    // Q4_0 and Q5_0 (fewer of Q5_0's) take sixteen weight rows at a time.
     const bool vnni = host_cpu().avx512_vnni;
     for (GgmlType t : interleaved_formats()) {
-      const bool pairs = vnni && (t == GgmlType::q4_0 || t == GgmlType::q5_0 || t == GgmlType::q8_0);
-      const std::size_t pair_min = t == GgmlType::q5_0 ? kQ5_0PairMinBatch : kPairMinBatch;
-      const bool sixteen = vnni && t == GgmlType::q4_0;
+      const bool q5_0 = t == GgmlType::q5_0;
+      const bool pairs = vnni && (t == GgmlType::q4_0 || q5_0 || t == GgmlType::q8_0);
+      const std::size_t pair_min = q5_0 ? kQ5_0PairMinBatch : kPairMinBatch;
+      const bool sixteen = vnni && (t == GgmlType::q4_0 || q5_0);
       for (std::size_t batch : {1U, 2U, 3U, 4U, 8U, 9U, 15U, 16U, 64U, 512U}) {
-        const bool small = batch >= kSixteenMinBatch && batch <= kSixteenMaxBatch;
+        const bool small = batch >= kSixteenMinBatch && batch <= (q5_0 ? kQ5_0PairMinBatch - 1 : kSixteenMaxBatch);
         const std::string x8 = !vnni                          ? "avx2_x8"
                                : sixteen && small             ? "avx512_x16"
                                : pairs && batch >= pair_min   ? "avx512_x8_pairs"
