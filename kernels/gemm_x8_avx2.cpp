@@ -447,7 +447,7 @@ struct Q6_Kx8 {
     __m256i isum[Na];
     for (auto& v : isum) v = _mm256_setzero_si256();
     for (int u = 0; u < 8; ++u) {
-      prefetch_part<sizeof(X8), 8, kX8Ahead<Na>>(&w, u);
+      prefetch_part_at<sizeof(X8), 8, kX8Ahead<Na>>(&w, u);
       sub_block<0, Na>(w, u, x, s, offsets, isum);
       sub_block<1, Na>(w, u, x, s, offsets, isum);
     }

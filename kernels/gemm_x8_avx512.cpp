@@ -673,7 +673,7 @@ struct Q6_Kx8 {
     __m512i isum[Na];
     for (auto& v : isum) v = _mm512_setzero_si512();
     for (int u = 0; u < 8; ++u) {
-      prefetch_part<sizeof(X8), 8, kX8Ahead<Na>>(&w, u);
+      prefetch_part_at<sizeof(X8), 8, kX8Ahead<Na>>(&w, u);
       const __m512i l01 = load_pair(w.ql[u][0]);
       const __m512i l23 = load_pair(w.ql[u][2]);
       INFERCAST_UNROLL
