@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
     const Peer dn_bf16 = onednn(a, dnnl::memory::data_type::bf16, dnnl::memory::data_type::bf16, batch);
     row(batch, "BF16 (" + k + ")", bf16, "oneDNN matmul bf16", dn_bf16);
     const Peer dn_s8 = onednn_int8(a, batch);
-    for (GgmlType t : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q4_k}) {
+    for (GgmlType t : {GgmlType::q8_0, GgmlType::q4_0, GgmlType::q5_0, GgmlType::q4_k}) {
       const double g = ours(a, t, batch, k);
       row(batch, std::string(infercast::format_info(t).name) + " (" + k + ")", g, "oneDNN matmul int8", dn_s8);
     }

@@ -23,8 +23,8 @@ namespace {
 
 constexpr std::size_t kR = kInterleave;
 
-// Activations of the Q4_0/Q8_0 kernels: Q8_0's quants with the scale already a float, and
-// 8 x the block's sum, the offset of Q4_0's unsigned nibbles.
+// Activations of the Q4_0/Q5_0/Q8_0 kernels: Q8_0's quants with the scale already a float, and
+// 8 x the block's sum, the offset of Q4_0's unsigned nibbles (twice it is Q5_0's).
 struct ActQ8_0 {
   float d;
   std::int32_t sum8;

@@ -324,6 +324,7 @@ struct Q5_0x8 : Q8ActivationKernel {
   using X8 = BlockQ5_0x8;
   using Block = BlockQ5_0;
   static constexpr int kOffset = 16;
+  // Unused: two pairs on two streams are batches of up to four, and Q5_0's pairs start at nine.
   static constexpr int kTwoStreamPairs = Q4_0x8::kTwoStreamPairs;
 
   template <int Na>
