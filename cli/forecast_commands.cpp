@@ -1,6 +1,7 @@
 #include "cli/forecast_commands.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -265,6 +266,30 @@ void print_stand_ins(const std::vector<WeightInventory::StandIn>& stand_ins) {
   }
 }
 
+// The formats of a model's matrices whose curves name kernels this build no longer picks: the
+// forecast for them is the old kernels' speed, which the reader should know.
+std::vector<StaleCurve> stale_curves_of(const Calibration& c, const WeightInventory& inv) {
+  std::vector<GgmlType> formats;
+  for (const auto& m : inv.matrices) {
+    if (std::find(formats.begin(), formats.end(), m.kernel_type()) == formats.end()) formats.push_back(m.kernel_type());
+  }
+  return stale_curves(c, formats);
+}
+
+nlohmann::json to_json(const std::vector<StaleCurve>& stale) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& s : stale) j.push_back({{"format", format_info(s.type).name}, {"measured_kernels", s.measured}, {"current_kernels", s.current}});
+  return j;
+}
+
+void print_stale_curves(const std::vector<StaleCurve>& stale) {
+  for (const auto& s : stale) {
+    fmt::print("  {} was calibrated on {}; this build runs {} at the same batches and ISA level ({}): its forecast is the "
+               "old kernels' speed (run `infercast calibrate` again)\n",
+               format_info(s.type).name, fmt::join(s.measured, ", "), fmt::join(s.current, ", "), to_string(active_level()));
+  }
+}
+
 void print_forecast(const Forecast& f, const std::optional<double>& accuracy, double target) {
   fmt::print("\n{} {}: {} parameters ({} active), {} of weights, {:.2f} bits/weight{}\n", f.model, f.quant, format_count(f.parameters),
              format_count(f.active_parameters), format_size(static_cast<std::uint64_t>(f.weight_bytes)), f.bits_per_weight,
@@ -324,9 +349,12 @@ void predict(const PredictArgs& a) {
     const auto stand_ins = inv.stand_ins([&](GgmlType t) { return perf->measured_as(t); });
     nlohmann::json j = to_json(f, accuracy);
     j["stand_in_formats"] = to_json(stand_ins);
+    const std::vector<StaleCurve> stale = machine.calibration ? stale_curves_of(*machine.calibration, inv) : std::vector<StaleCurve>{};
+    j["stale_curves"] = to_json(stale);
     if (!a.json) {
       print_forecast(f, accuracy, a.target);
       print_stand_ins(stand_ins);
+      print_stale_curves(stale);
     }
     const CostInputs own_cost = cost_inputs(machine.hardware, a, devices, true);
     nlohmann::json comparisons = nlohmann::json::array();

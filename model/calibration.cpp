@@ -15,6 +15,7 @@
 #include "engine/model.h"
 #include "engine/run.h"
 #include "kernels/formats.h"
+#include "kernels/gemm.h"
 #include "kernels/measure.h"
 #include "probes/bandwidth.h"
 #include "probes/error.h"
@@ -229,6 +230,31 @@ std::vector<double> measure_curves(Calibration& c, const std::vector<GgmlType>& 
   }
   c.sweep_cv = median_of(cvs);
   return reads;
+}
+
+std::vector<StaleCurve> stale_curves(const Calibration& c, const std::vector<GgmlType>& formats) {
+  // Kernel choice depends on the level, the format, the batch, the row length and the layout,
+  // not on the threads: one thread spares a pool.
+  const GemmContext ctx(1, active_level());
+  const auto add_once = [](std::vector<std::string>& v, const std::string& s) {
+    if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
+  };
+  std::vector<StaleCurve> out;
+  for (GgmlType type : formats) {
+    const auto it = c.curves.find(type);
+    if (it == c.curves.end()) continue;
+    StaleCurve s{type, {}, {}};
+    bool differs = false;
+    for (const auto& p : it->second) {
+      if (p.kernel.empty()) continue;
+      const std::string now(ctx.kernel_name(type, static_cast<std::size_t>(p.batch), kLongRows[1], ctx.preferred_layout(type)));
+      differs = differs || now != p.kernel;
+      add_once(s.measured, p.kernel);
+      add_once(s.current, now);
+    }
+    if (differs) out.push_back(std::move(s));
+  }
+  return out;
 }
 
 double Calibration::relative_band(double matrix_seconds, double other_seconds, double memory_seconds) const {

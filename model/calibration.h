@@ -247,4 +247,17 @@ struct ShapeTime {
 // per-row parts; a part that noise makes negative is dropped and the others refitted.
 CurvePoint split_point(double batch, ShapeTime long_rows, ShapeTime short_rows, ShapeTime small, const std::string& kernel);
 
+// A format whose curves name other kernels than this build picks for the same sweep points at
+// the active ISA level: a calibration from before a kernel changed, or made at another level.
+// Its forecast follows what the old kernels did (the Q5_0 batches of a thirty-ninth-session
+// profile ran at half the speed of this build's).
+struct StaleCurve {
+  GgmlType type;
+  std::vector<std::string> measured;  // the kernels the curves name, each once, in batch order
+  std::vector<std::string> current;   // the kernels this build picks at those batches
+};
+// The stale curves among `formats` (points that name no kernel, from older profiles, are not
+// judged). Only a change of kernel shows: one whose code changed under the same name does not.
+[[nodiscard]] std::vector<StaleCurve> stale_curves(const Calibration& c, const std::vector<GgmlType>& formats);
+
 }  // namespace infercast

@@ -13,6 +13,7 @@
 #include "engine/generate.h"
 #include "engine/model.h"
 #include "kernels/formats.h"
+#include "kernels/gemm.h"
 #include "model/cost.h"
 #include "model/forecast.h"
 #include "model/validate.h"
@@ -270,6 +271,30 @@ TEST(Quantization, AFormatTheCalibrationDidNotMeasureTakesAMeasuredStandIn) {
   for (const auto& m : w.matrices) expected += static_cast<double>(m.bytes()) / (m.name == "blk.1.ffn_down.weight" ? 10e9 : 20e9);
   EXPECT_NEAR(p->matrix_seconds(a, w, 1, 1), expected, 1e-12);
   }
+
+// A profile whose curves name kernels this build would not pick (calibrated before a kernel
+// changed, as the thirty-ninth session's Q5_0 row kernels) is reported; one whose names match,
+// or that names none (older profiles), is not.
+TEST(Quantization, CurvesMeasuredOnKernelsThisBuildNoLongerPicksAreStale) {
+  Calibration c = synthetic_calibration(20, 0.0);
+  const GemmContext ctx(1, active_level());
+  const auto name_points = [&](GgmlType t) {
+    for (auto& p : c.curves.at(t))
+      p.kernel = std::string(ctx.kernel_name(t, static_cast<std::size_t>(p.batch), kLongRows[1], ctx.preferred_layout(t)));
+  };
+  name_points(GgmlType::q4_0);
+  name_points(GgmlType::q8_0);
+  for (auto& p : c.curves.at(GgmlType::q6_k)) p.kernel.clear();
+  EXPECT_TRUE(stale_curves(c, {GgmlType::q4_0, GgmlType::q8_0, GgmlType::q6_k}).empty());  // Q6_K's points name no kernel
+
+  c.curves.at(GgmlType::q4_0).front().kernel = "retired_kernel";
+  const auto stale = stale_curves(c, {GgmlType::q4_0, GgmlType::q8_0});
+  ASSERT_EQ(stale.size(), 1U);
+  EXPECT_EQ(stale[0].type, GgmlType::q4_0);
+  EXPECT_EQ(stale[0].measured.front(), "retired_kernel");
+  EXPECT_EQ(std::count(stale[0].current.begin(), stale[0].current.end(), "retired_kernel"), 0);
+  EXPECT_TRUE(stale_curves(c, {GgmlType::q8_0}).empty());  // only the formats asked about
+}
 
 TEST(Quantization, ABatchTouchesMoreExpertsAndReadsMoreBytes) {
   EXPECT_DOUBLE_EQ(expected_experts_touched(8, 2, 1), 2);
