@@ -47,6 +47,20 @@ void block_scales(const std::uint16_t* first, std::size_t stride, std::size_t co
 
 // --- The GGUF layout, a row at a time ------------------------------------------------------
 
+// The 32 unsigned quants of a GGUF Q4_0 or Q5_0 block, element j in byte j: the low nibbles,
+// then the high ones; Q5_0's qh, whose bit j is element j's fifth bit, is their byte mask.
+INFERCAST_INLINE __m256i nibbles32(const std::uint8_t* qs) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
+}
+INFERCAST_INLINE __m256i unsigned_quants(const BlockQ4_0& b) { return nibbles32(b.qs); }
+INFERCAST_INLINE __m256i unsigned_quants(const BlockQ5_0& b) {
+  const __m256i u = nibbles32(b.qs);
+  std::uint32_t qh = 0;
+  std::memcpy(&qh, b.qh, sizeof qh);
+  return _mm256_mask_add_epi8(u, _cvtu32_mask32(qh), u, _mm256_set1_epi8(16));
+}
+
 template <GgmlType W>
 void gguf_row(const std::uint8_t* row, std::size_t cols, const DecodedRows& s, std::size_t n) {
   std::int8_t* q = s.q + n * s.ldq;
@@ -62,14 +76,7 @@ void gguf_row(const std::uint8_t* row, std::size_t cols, const DecodedRows& s, s
       if constexpr (W == GgmlType::q8_0) {
         store32(q + i * kQk, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[i].qs)));
       } else {
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
-        __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), nibble);
-        if constexpr (W == GgmlType::q5_0) {
-          // Bit j of qh is element j's fifth bit, and element j is byte j of u: qh is the mask.
-          std::uint32_t qh = 0;
-          std::memcpy(&qh, b[i].qh, sizeof qh);
-          u = _mm256_mask_add_epi8(u, _cvtu32_mask32(qh), u, _mm256_set1_epi8(16));
-        }
+        const __m256i u = unsigned_quants(b[i]);
         store32(q + i * kQk, _mm256_sub_epi8(u, _mm256_set1_epi8(W == GgmlType::q5_0 ? 16 : 8)));
       }
     }
@@ -459,12 +466,7 @@ void q5_0_row_bf16(const std::uint8_t* row, std::size_t cols, std::uint16_t* dst
     const float d = half_to_float(b[i].d);
     // q x d - 16 d in one rounding is (q - 16) x d in one rounding: 16 d is exact.
     const __m512i table = five_bit_table(d, -16.0F * d);
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs));
-    __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), _mm256_set1_epi8(0x0F));
-    std::uint32_t qh = 0;
-    std::memcpy(&qh, b[i].qh, sizeof qh);
-    u = _mm256_mask_add_epi8(u, _cvtu32_mask32(qh), u, _mm256_set1_epi8(16));
-    store_bf16(dst + kQk * i, _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(u), table));
+    store_bf16(dst + kQk * i, _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(unsigned_quants(b[i])), table));
   }
 }
 

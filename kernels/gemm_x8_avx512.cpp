@@ -248,6 +248,18 @@ float legacy_tail(const GemmCall& c, std::size_t r, const std::uint8_t* act) {
   return sum;
 }
 
+// The nibbles of a Q4_0/Q5_0 block as the single-row kernel multiplies them: q[p] holds
+// elements 8p..8p+7 of row r in lanes 2r and 2r+1 (one permute per load, load_pair).
+INFERCAST_INLINE void paired_nibbles(const std::uint8_t (&qs)[4][kInterleave][4], __m512i (&q)[4]) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  const __m512i v0 = load_pair(qs[0]);  // elements 0-3 | 4-7 (low nibbles), 16-23 (high)
+  const __m512i v1 = load_pair(qs[2]);  // elements 8-15 (low), 24-31 (high)
+  q[0] = _mm512_and_si512(v0, m4);
+  q[1] = _mm512_and_si512(v1, m4);
+  q[2] = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4);
+  q[3] = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4);
+}
+
 // Element group k (elements 4k..4k+3) of each row of a Q4_0/Q5_0 block in both lanes of its
 // pair, in q[k]: the pairs kernels' weights.
 INFERCAST_INLINE void duplicated_nibbles(const std::uint8_t (&qs)[4][kInterleave][4], __m512i (&q)[8]) {
@@ -292,12 +304,8 @@ struct Q4_0x8 : Q8ActivationKernel {
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b, __m512 (&acc)[Na]) {
     prefetch_part<sizeof(X8), 1, kX8Ahead<Na>>(&w, 0);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i v0 = load_pair(w.qs[0]);  // elements 0-3 | 4-7 (low nibbles), 16-23 (high)
-    const __m512i v1 = load_pair(w.qs[2]);  // elements 8-15 (low), 24-31 (high)
-    const __m512i q[4] = {_mm512_and_si512(v0, m4), _mm512_and_si512(v1, m4),
-                          _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4),
-                          _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4)};
+    __m512i q[4];
+    paired_nibbles(w.qs, q);
     multiply_block(q, w.d, x, b, acc);
   }
 
@@ -330,12 +338,9 @@ struct Q5_0x8 : Q8ActivationKernel {
   template <int Na>
   INFERCAST_INLINE static void block(const X8& w, const Act* const (&x)[Na], std::size_t b, __m512 (&acc)[Na]) {
     prefetch_part<sizeof(X8), 1, kX8Ahead<Na>>(&w, 0);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i sixteen = _mm512_set1_epi8(16);
-    const __m512i v0 = load_pair(w.qs[0]);
-    const __m512i v1 = load_pair(w.qs[2]);
-    __m512i q[4] = {_mm512_and_si512(v0, m4), _mm512_and_si512(v1, m4), _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4),
-                    _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4)};
+    __m512i q[4];
+    paired_nibbles(w.qs, q);
     INFERCAST_UNROLL
     for (int p = 0; p < 4; ++p) {
       std::uint64_t bits = 0;
