@@ -443,8 +443,11 @@ Calibration calibration_from_json(const nlohmann::json& j) {
       std::sort(list.begin(), list.end(), [](const CurvePoint& a, const CurvePoint& b) { return a.batch < b.batch; });
       if (list.empty()) throw UsageError(fmt::format("curve {} is empty", name));
       for (const auto& p : list) {
-        if (!(p.batch >= 1) || !(p.seconds_per_byte > 0) || p.seconds_per_row < 0 || p.seconds_per_call < 0) {
-          throw UsageError(fmt::format("curve {} has a point with no positive batch or time", name));
+        // A batch beyond any sweep's would not even convert to a row count (stale_curves asks
+        // the dispatch about each point's batch).
+        if (!(p.batch >= 1 && p.batch <= kMaxCurveBatch) || !(p.seconds_per_byte > 0) || p.seconds_per_row < 0 ||
+            p.seconds_per_call < 0) {
+          throw UsageError(fmt::format("curve {} has a point with a batch outside 1-{} or no positive time", name, kMaxCurveBatch));
         }
       }
     }

@@ -409,6 +409,9 @@ TEST(Calibration, TheReadsVariationWidensTheBandOfTheBytes) {
   nlohmann::json negative = to_json(c);
   negative["read_cv"] = -0.1;
   EXPECT_THROW(calibration_from_json(negative), UsageError);
+  nlohmann::json huge_batch = to_json(c);
+  huge_batch["curves"]["Q4_0"][0]["batch"] = 1e30;
+  EXPECT_THROW(calibration_from_json(huge_batch), UsageError);
   // A forecast of this machine: decode at batch 1 streams its weights, so its band carries the
   // read's variation; prefill of a long prompt is compute-bound and carries little of it.
   const Architecture a = *find_catalog_model("llama-3.1-8b");
