@@ -48,6 +48,8 @@ class MeasuredPerformance final : public Performance {
   GgmlType measured_as(GgmlType type) const override { return c_.measured_as(type); }
   double relative_band(double matrix, double other, double memory) const override { return c_.relative_band(matrix, other, memory); }
   std::string basis() const override {
+    // A hand-made or trimmed profile may carry no date.
+    if (c_.measured_at.empty()) return fmt::format("measured on this machine ({} threads)", c_.threads);
     return fmt::format("measured on this machine ({} threads, calibrated {})", c_.threads, c_.measured_at);
   }
 

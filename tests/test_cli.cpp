@@ -292,6 +292,60 @@ TEST(CliModel, AFileWithATypeWithoutKernelsIsForecastNotRun) {
   fs::remove(model);
 }
 
+// A profile calibrated before a kernel changed: predict names the formats whose curves were
+// measured on kernels this build no longer picks, in the table's notes and in JSON, and says
+// nothing where the curves name no kernel (profiles older than the names).
+nlohmann::json calibrated_profile(const std::string& q4_0_kernel) {
+  nlohmann::json curves = nlohmann::json::object();
+  for (const char* format : {"F32", "F16", "Q8_0", "Q4_0", "Q6_K"}) {
+    for (double batch : {1.0, 8.0, 64.0}) {
+      curves[format].push_back({{"batch", batch},
+                                {"seconds_per_byte", 1 / (20e9 * batch / (batch + 7))},
+                                {"kernel", std::string(format) == "Q4_0" ? q4_0_kernel : ""}});
+    }
+  }
+  nlohmann::json p = nlohmann::json::parse(kProfile);
+  p["topology"] = {{"total_memory_bytes", 64ULL << 30}, {"available_memory_bytes", 60ULL << 30}, {"cores", 2}, {"threads", 2}};
+  p["calibration"] = {{"schema", "infercast.calibration/1"},
+                      {"threads", 2},
+                      {"dram_read_gbs", 20.0},
+                      {"curves", curves},
+                      {"engine",
+                       {{"seconds_per_call", 3e-6},
+                        {"seconds_per_token_layer_dim", 4e-9},
+                        {"seconds_per_attention_op", 4e-12},
+                        {"seconds_per_decode_kv_byte", 4e-11},
+                        {"seconds_per_routed_row_dim", 0.0}}}};
+  return p;
+}
+
+TEST(CliForecast, CurvesFromKernelsThisBuildNoLongerPicksAreNamed) {
+  const fs::path stale = write_profile("predict-stale", calibrated_profile("retired_kernel").dump());
+  const std::string args = " --model llama-2-7b --quant Q4_0 --users 1 --compare none --profile ";
+  const Result text = run("predict" + args + stale.string());
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("Q4_0 was calibrated on retired_kernel; this build runs"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("run `infercast calibrate` again"), std::string::npos) << text.out;
+  const Result json = run("predict" + args + stale.string() + " --json");
+  ASSERT_EQ(json.status, 0) << json.err;
+  const auto s = nlohmann::json::parse(json.out)[0]["stale_curves"];
+  ASSERT_EQ(s.size(), 1U) << s;
+  EXPECT_EQ(s[0]["format"], "Q4_0");
+  EXPECT_EQ(s[0]["measured_kernels"], nlohmann::json::array({"retired_kernel"}));
+  ASSERT_FALSE(s[0]["current_kernels"].empty());
+  for (const auto& k : s[0]["current_kernels"]) EXPECT_NE(k, "retired_kernel");
+
+  const fs::path unnamed = write_profile("predict-unnamed", calibrated_profile("").dump());
+  const Result quiet = run("predict" + args + unnamed.string());
+  ASSERT_EQ(quiet.status, 0) << quiet.err;
+  EXPECT_EQ(quiet.out.find("was calibrated on"), std::string::npos) << quiet.out;
+  const Result quiet_json = run("predict" + args + unnamed.string() + " --json");
+  ASSERT_EQ(quiet_json.status, 0) << quiet_json.err;
+  EXPECT_TRUE(nlohmann::json::parse(quiet_json.out)[0]["stale_curves"].empty());
+  fs::remove(stale);
+  fs::remove(unnamed);
+}
+
 TEST(CliModel, GenModelAndRunReportTheFigures) {
   const fs::path model = fs::temp_directory_path() / ("infercast-cli-model-" + std::to_string(::getpid()) + ".gguf");
   const Result gen = run("gen-model --layers 2 --dim 128 --ffn 256 --heads 4 --kv-heads 2 --vocab 600 --quant Q4_K_M --seed 5 --out " + model.string());
