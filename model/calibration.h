@@ -25,13 +25,13 @@
 
 namespace infercast {
 
+// The largest batch a profile's curve point may name (calibrate sweeps up to 256).
+inline constexpr double kMaxCurveBatch = 1 << 20;
+
 // A product of a matrix with `rows` rows and `bytes` bytes at this batch takes
 // seconds_per_call + bytes * seconds_per_byte + rows * seconds_per_row: a fixed cost (waking the
 // threads, quantizing the activations, configuring tiles), streaming, and the per-row work (the
 // reductions and stores of each output, which make short rows slower per byte than long ones).
-// The largest batch a profile's curve point may name (calibrate sweeps up to 256).
-inline constexpr double kMaxCurveBatch = 1 << 20;
-
 struct CurvePoint {
   double batch = 0;
   double seconds_per_byte = 0;
