@@ -65,9 +65,10 @@ inline constexpr std::size_t kPairMinBatch = 4;
 // at 6 and 8 (1.1-1.17x at 8 on one core in cache), but 0.96x the pairs at 9 and 0.9x at 12.
 inline constexpr std::size_t kQ5_0PairMinBatch = 9;
 // Q4_0 batches from kSixteenMinBatch to kSixteenMaxBatch rows take two groups of eight rows side
-// by side instead ("avx512_x16"; kernels/gemm_x8_avx512.cpp has the figures). Batch 2 gained
-// 1.03x (not worth a third kernel there), batches 16-64 0.88-1.07x, where the pairs kernel
-// decodes a block once for up to sixteen activation rows.
+// by side instead ("avx512_x16"; kernels/gemm_x8_avx512.cpp has the figures), now two such
+// pairs of groups at a time ("avx512_x32"). Batch 2 gained 1.03x (not worth a third kernel
+// there), batches 16-64 0.88-1.07x, where the pairs kernel decodes a block once for up to
+// sixteen activation rows.
 inline constexpr std::size_t kSixteenMinBatch = 3;
 inline constexpr std::size_t kSixteenMaxBatch = 15;
 const GemmKernel* avx512_x8_gemm_kernel(GgmlType type, std::size_t batch);

@@ -948,8 +948,121 @@ void rows_sixteen(const GemmCall& c, std::size_t begin, std::size_t end, std::ui
   }
 }
 
-const std::array kSixteenKernels = {
-    GemmKernel{"avx512_x16", GgmlType::q4_0, packed_q8_0, pack_q8_0<Q4_0x8::kOffset>, 1, rows_sixteen<Q4_0x8>, kR, nullptr},
+// --- Thirty-two rows -------------------------------------------------------------------------
+//
+// Q4_0's small batches (kSixteenMinBatch to kSixteenMaxBatch rows) take four groups at a time,
+// two sixteen-row vectors as above, so that each activation broadcast serves two vpdpbusd. On
+// Zen 5 the sixteen-row kernel was bound by loads, not multiplies: each of its vpdpbusd reads its
+// broadcast from memory, and the core issues two vector loads per cycle, as many as vpdpbusd
+// per cycle; vmulps, vfmadd and vpermt2d share vpdpbusd's two pipes, while the integer and
+// convert work of the block runs beside them (a microbenchmark of each instruction beside
+// sixteen vpdpbusd chains, docs/PERFORMANCE.md, forty-second session). Here a broadcast is
+// loaded into a register once for the two vectors: half the loads per vpdpbusd.
+//
+// The quants are decoded one step at a time in the order the activation quants are taken (step
+// outermost, activation rows innermost), so the two vectors' eight steps are never live at once
+// and the sixteen dot chains (two per activation row) keep their registers; with eight
+// activation rows the float accumulators live in memory, touched once per block. Taking the
+// activation rows outermost instead, all sixteen steps decoded up front, ran 0.92x the
+// sixteen-row kernel in the same microbenchmark, this order 1.09-1.15x.
+//
+// The four groups are one from each quarter of the thread's rows: four DRAM streams, each
+// running on into its next group as the prefetches expect (the sixteen-row kernel's two halves,
+// halved). Groups left over after the quarters go through the sixteen-row kernel.
+// Four streams a thread, each half as far ahead as the sixteen-row kernel's two: the same bytes
+// in flight. TinyLlama Q4_0 at eight users, alternated (docs/PERFORMANCE.md, forty-second
+// session): 1.03x the decode of 3 KiB ahead, 1 and 2 KiB no better than 1.5. The heads of four
+// streams 3 KiB long held a decode step's calls at their start, prefetchnta waiting for miss
+// buffers (3% of the samples).
+constexpr std::size_t kX32Ahead = kX8SpreadAhead / 2;
+
+template <int Na>
+void thirty_two_groups(const GemmCall& c, std::size_t r0, std::size_t quarter, std::size_t b0) {
+  using X8 = BlockQ4_0x8;
+  const X8* w[4];
+  for (int g = 0; g < 4; ++g) w[g] = reinterpret_cast<const X8*>(c.w + (r0 + g * quarter) * c.row_bytes);
+  const ActQ8_0* x[Na];
+  for (int a = 0; a < Na; ++a) x[a] = reinterpret_cast<const ActQ8_0*>(c.packed + (b0 + a) * act_q8_0_row(c.cols));
+  __m512 acc[2][Na];
+  zero_all(acc);
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (std::size_t b = 0; b < c.cols / kQk; ++b) {
+    __m512i dot[2][Na];  // [vector][activation row]: groups 0 and 1 in the first vector, 2 and 3 in the second
+    INFERCAST_UNROLL
+    for (int a = 0; a < Na; ++a) dot[0][a] = dot[1][a] = _mm512_set1_epi32(x[a][b].offset);
+    INFERCAST_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      __m512i steps[2][2];  // steps 2h and 2h+1 of each vector (sixteen_nibbles before the nibbles are split)
+      INFERCAST_UNROLL
+      for (int v = 0; v < 2; ++v) {
+        const __m512i first = _mm512_loadu_si512(w[2 * v][b].qs[2 * h]);
+        const __m512i second = _mm512_loadu_si512(w[2 * v + 1][b].qs[2 * h]);
+        steps[v][0] = first_steps(first, second);
+        steps[v][1] = second_steps(first, second);
+      }
+      INFERCAST_UNROLL
+      for (int j = 0; j < 2; ++j) {
+        const int t = 2 * h + j;
+        prefetch_part<sizeof(X8), 1, kX32Ahead>(&w[t][b], 0);  // group t's lines, once per block
+        INFERCAST_UNROLL
+        for (int high = 0; high < 2; ++high) {
+          const int k = t + 4 * high;  // activation quants 4k..4k+3
+          __m512i q[2];
+          INFERCAST_UNROLL
+          for (int v = 0; v < 2; ++v) q[v] = _mm512_and_si512(high ? _mm512_srli_epi16(steps[v][j], 4) : steps[v][j], m4);
+          INFERCAST_UNROLL
+          for (int a = 0; a < Na; ++a) {
+            std::int32_t quad = 0;
+            std::memcpy(&quad, x[a][b].qs + 4 * k, 4);
+            const __m512i broadcast = _mm512_set1_epi32(quad);
+            dot[0][a] = _mm512_dpbusd_epi32(dot[0][a], q[0], broadcast);
+            dot[1][a] = _mm512_dpbusd_epi32(dot[1][a], q[1], broadcast);
+          }
+        }
+      }
+    }
+    const __m512 dw[2] = {row_scales16(w[0][b].d, w[1][b].d), row_scales16(w[2][b].d, w[3][b].d)};
+    INFERCAST_UNROLL
+    for (int a = 0; a < Na; ++a) {
+      const __m512 da = _mm512_set1_ps(x[a][b].d);
+      INFERCAST_UNROLL
+      for (int v = 0; v < 2; ++v) acc[v][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[v][a]), _mm512_mul_ps(dw[v], da), acc[v][a]);
+    }
+  }
+  INFERCAST_UNROLL
+  for (int a = 0; a < Na; ++a) {
+    float* y = c.y + (b0 + a) * c.ldy + r0;
+    INFERCAST_UNROLL
+    for (int v = 0; v < 2; ++v) {
+      const __m512 out = in_register(acc[v][a]);
+      _mm256_storeu_ps(y + 2 * v * quarter, _mm512_castps512_ps256(out));
+      _mm256_storeu_ps(y + (2 * v + 1) * quarter, _mm512_extractf32x8_ps(out, 1));
+    }
+  }
+}
+
+// The thread's whole quarters four groups at a time, each against every activation row in
+// passes of eight; the rest (fewer than four groups, and the rows past the last group) as
+// rows_sixteen takes them. The kernel's row step is four groups, so that only a matrix's last
+// run has groups left over: with a step of one group, the runs of the guided schedule left
+// a tenth of a TinyLlama decode's kernel time to the sixteen-row kernel.
+void rows_thirty_two(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t* scratch) {
+  constexpr std::size_t kNa = 8;
+  const std::size_t full = std::min(end, c.rows / kR * kR);
+  const std::size_t quarter = (full > begin ? (full - begin) / kR : 0) / 4 * kR;
+  if (quarter > 0) {
+    for (int g = 0; g < 4; ++g) prefetch_head(c.w + (begin + g * quarter) * c.row_bytes, quarter * c.row_bytes, kX32Ahead);
+    for (std::size_t r = begin; r < begin + quarter; r += kR) {
+      std::size_t b = 0;
+      for (; b + kNa <= c.batch; b += kNa) thirty_two_groups<kNa>(c, r, quarter, b);
+      if (b < c.batch) with_count<kNa - 1>(c.batch - b, [&](auto na) { thirty_two_groups<decltype(na)::value>(c, r, quarter, b); });
+    }
+  }
+  rows_sixteen<Q4_0x8>(c, begin + 4 * quarter, end, scratch);
+}
+
+const std::array kSmallBatchKernels = {
+    GemmKernel{"avx512_x32", GgmlType::q4_0, packed_q8_0, pack_q8_0<Q4_0x8::kOffset>, 1, rows_thirty_two, 4 * kR, nullptr},
     GemmKernel{"avx512_x16", GgmlType::q5_0, packed_q8_0, pack_q8_0<Q5_0x8::kOffset>, 1, rows_sixteen<Q5_0x8>, kR, nullptr},
 };
 
@@ -973,8 +1086,8 @@ const std::array kKernels = {
 const GemmKernel* avx512_x8_gemm_kernel(GgmlType type, std::size_t batch) {
   const bool q5_0 = type == GgmlType::q5_0;
   const bool sixteen_rows = batch >= kSixteenMinBatch && batch <= (q5_0 ? kQ5_0PairMinBatch - 1 : kSixteenMaxBatch);
-  const GemmKernel* sixteen = sixteen_rows ? find_x8_kernel(kSixteenKernels, type) : nullptr;
-  if (sixteen != nullptr) return sixteen;
+  const GemmKernel* small = sixteen_rows ? find_x8_kernel(kSmallBatchKernels, type) : nullptr;
+  if (small != nullptr) return small;
   const GemmKernel* pairs = batch >= (q5_0 ? kQ5_0PairMinBatch : kPairMinBatch) ? find_x8_kernel(kPairKernels, type) : nullptr;
   return pairs != nullptr ? pairs : find_x8_kernel(kKernels, type);
 }

@@ -96,7 +96,9 @@ TEST_P(InterleaveFormats, KernelsAgreeWithTheReferenceOnArbitraryQuants) {
   const GgmlType t = GetParam();
   const auto& f = format_info(t);
   const std::size_t cols = 2 * static_cast<std::size_t>(f.block_elems);
-  const std::size_t rows = 27;
+  // Eleven groups and three rows: with two threads each takes one group from each quarter of
+  // its rows (AVX-512 Q4_0's thirty-two-row batches), one or two groups beyond, and a tail.
+  const std::size_t rows = 91;
   std::vector<std::uint8_t> gguf = random_bytes(rows * f.row_bytes(cols), 91);
   for (std::size_t b = 0; b < gguf.size() / f.block_bytes; ++b) {
     std::uint8_t* block = gguf.data() + b * f.block_bytes;
@@ -108,12 +110,12 @@ TEST_P(InterleaveFormats, KernelsAgreeWithTheReferenceOnArbitraryQuants) {
   std::vector<std::uint8_t> interleaved = gguf;
   const WeightView x8 = relayout(make_weight_view(t, interleaved.data(), rows, cols), interleaved.data(), WeightLayout::interleaved8);
   SeededRng rng(3);
-  std::vector<float> x(12 * cols);
+  std::vector<float> x(15 * cols);
   for (auto& v : x) v = rng.gaussian();
   // GEMV and the two-stream batches: up to three rows for the K-quants, up to four pairs of rows
   // for AVX-512 Q8_0 (an odd batch's last pair half empty), and AVX-512 Q4_0's sixteen-row
-  // batches (12: a pass of eight activation rows and one of four).
-  for (std::size_t batch : {1U, 2U, 3U, 5U, 8U, 12U}) {
+  // batches and Q4_0's thirty-two-row ones (12: a pass of eight activation rows and one of four).
+  for (std::size_t batch : {1U, 2U, 3U, 5U, 8U, 12U, 15U}) {
     std::vector<float> want(batch * rows);
     GemmContext(1, IsaLevel::scalar).gemm(make_weight_view(t, gguf.data(), rows, cols), x.data(), batch, want.data());
     for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
@@ -206,7 +208,7 @@ TEST(Interleave, EachLayoutGoesToItsOwnKernels) {
   if (max_supported_level(host_cpu()) >= IsaLevel::avx512) {
     // VNNI has its own interleaved kernels for every interleaved format; CPUs without VNNI keep AVX2's.
     // Q4_0, Q5_0 and Q8_0 batches take their activation rows in pairs, but the small batches of
-    // Q4_0 and Q5_0 (fewer of Q5_0's) take sixteen weight rows at a time.
+    // Q4_0 and Q5_0 (fewer of Q5_0's) take sixteen weight rows at a time, Q4_0 thirty-two.
     const bool vnni = host_cpu().avx512_vnni;
     for (GgmlType t : interleaved_formats()) {
       const bool q5_0 = t == GgmlType::q5_0;
@@ -216,7 +218,7 @@ TEST(Interleave, EachLayoutGoesToItsOwnKernels) {
       for (std::size_t batch : {1U, 2U, 3U, 4U, 8U, 9U, 15U, 16U, 64U, 512U}) {
         const bool small = batch >= kSixteenMinBatch && batch <= (q5_0 ? kQ5_0PairMinBatch - 1 : kSixteenMaxBatch);
         const std::string x8 = !vnni                          ? "avx2_x8"
-                               : sixteen && small             ? "avx512_x16"
+                               : sixteen && small             ? (q5_0 ? "avx512_x16" : "avx512_x32")
                                : pairs && batch >= pair_min   ? "avx512_x8_pairs"
                                                               : "avx512_x8";
         EXPECT_EQ(GemmContext(1, IsaLevel::avx512).kernel_name(t, batch, 4096, WeightLayout::interleaved8), x8) << format_info(t).name;
