@@ -65,12 +65,17 @@ inline constexpr std::size_t kPairMinBatch = 4;
 // at 6 and 8 (1.1-1.17x at 8 on one core in cache), but 0.96x the pairs at 9 and 0.9x at 12.
 inline constexpr std::size_t kQ5_0PairMinBatch = 9;
 // Q4_0 batches from kSixteenMinBatch to kSixteenMaxBatch rows take two groups of eight rows side
-// by side instead ("avx512_x16"; kernels/gemm_x8_avx512.cpp has the figures), now two such
-// pairs of groups at a time ("avx512_x32"). Batch 2 gained 1.03x (not worth a third kernel
-// there), batches 16-64 0.88-1.07x, where the pairs kernel decodes a block once for up to
-// sixteen activation rows.
+// by side instead ("avx512_x16"; kernels/gemm_x8_avx512.cpp has the figures). Batch 2 gained
+// 1.03x (not worth a third kernel there), batches 16-64 0.88-1.07x, where the pairs kernel
+// decodes a block once for up to sixteen activation rows.
 inline constexpr std::size_t kSixteenMinBatch = 3;
 inline constexpr std::size_t kSixteenMaxBatch = 15;
+// From kThirtyTwoMinBatch to kSixteenMaxBatch, Q4_0 takes two such pairs of groups at a time
+// ("avx512_x32"), four streams per thread. In TinyLlama Q4_0's decode, alternated against the
+// sixteen-row kernel (docs/PERFORMANCE.md, forty-second session): eight users 1.06-1.08x, but
+// six 0.96x and four 0.89x (0.93x and 0.97x with its streams twice as far ahead), though the
+// kernel sweep's 4096x14336 from DRAM ran it 1.02-1.09x at batches 4 and 6.
+inline constexpr std::size_t kThirtyTwoMinBatch = 8;
 const GemmKernel* avx512_x8_gemm_kernel(GgmlType type, std::size_t batch);
 const GemmKernel* avx2_x8_gemm_kernel(GgmlType type);
 const GemmKernel* scalar_x8_gemm_kernel(GgmlType type);

@@ -950,30 +950,30 @@ void rows_sixteen(const GemmCall& c, std::size_t begin, std::size_t end, std::ui
 
 // --- Thirty-two rows -------------------------------------------------------------------------
 //
-// Q4_0's small batches (kSixteenMinBatch to kSixteenMaxBatch rows) take four groups at a time,
+// Q4_0's batches of kThirtyTwoMinBatch to kSixteenMaxBatch rows take four groups at a time,
 // two sixteen-row vectors as above, so that each activation broadcast serves two vpdpbusd. On
-// Zen 5 the sixteen-row kernel was bound by loads, not multiplies: each of its vpdpbusd reads its
-// broadcast from memory, and the core issues two vector loads per cycle, as many as vpdpbusd
-// per cycle; vmulps, vfmadd and vpermt2d share vpdpbusd's two pipes, while the integer and
-// convert work of the block runs beside them (a microbenchmark of each instruction beside
-// sixteen vpdpbusd chains, docs/PERFORMANCE.md, forty-second session). Here a broadcast is
-// loaded into a register once for the two vectors: half the loads per vpdpbusd.
+// Zen 5 the sixteen-row kernel's loads cost as much as its multiplies: each of its vpdpbusd
+// takes its broadcast from memory, and the core issues two vector loads per cycle, as many as
+// vpdpbusd; vmulps, vfmadd and vpermt2d share vpdpbusd's two pipes, while the integer and convert
+// work of a block runs beside them (`infercast_bench_kernels --benchmark_filter=vnni_company`;
+// docs/PERFORMANCE.md, forty-second session). Here a broadcast is loaded into a register once
+// for the two vectors: half the loads per vpdpbusd.
 //
 // The quants are decoded one step at a time in the order the activation quants are taken (step
 // outermost, activation rows innermost), so the two vectors' eight steps are never live at once
 // and the sixteen dot chains (two per activation row) keep their registers; with eight
 // activation rows the float accumulators live in memory, touched once per block. Taking the
 // activation rows outermost instead, all sixteen steps decoded up front, ran 0.92x the
-// sixteen-row kernel in the same microbenchmark, this order 1.09-1.15x.
+// sixteen-row kernel in a standalone copy of the block loop (weights in L2, one core), this
+// order 1.09-1.15x; in the kernel itself, 1.12x on one core in cache (`gemm_hot`).
 //
 // The four groups are one from each quarter of the thread's rows: four DRAM streams, each
 // running on into its next group as the prefetches expect (the sixteen-row kernel's two halves,
-// halved). Groups left over after the quarters go through the sixteen-row kernel.
-// Four streams a thread, each half as far ahead as the sixteen-row kernel's two: the same bytes
-// in flight. TinyLlama Q4_0 at eight users, alternated (docs/PERFORMANCE.md, forty-second
-// session): 1.03x the decode of 3 KiB ahead, 1 and 2 KiB no better than 1.5. The heads of four
-// streams 3 KiB long held a decode step's calls at their start, prefetchnta waiting for miss
-// buffers (3% of the samples).
+// halved), each half as far ahead as the sixteen-row kernel's two, so the same bytes are in
+// flight. TinyLlama Q4_0 at eight users, alternated (docs/PERFORMANCE.md, forty-second session):
+// 1.03x the decode of 3 KiB ahead, 1 and 2 KiB no better than 1.5. The heads of four streams
+// hold each call at its start, prefetchnta waiting for miss buffers: 3% of a decode's samples
+// with heads of 3 KiB, 2% with 1.5 KiB.
 constexpr std::size_t kX32Ahead = kX8SpreadAhead / 2;
 
 template <int Na>
@@ -1061,8 +1061,10 @@ void rows_thirty_two(const GemmCall& c, std::size_t begin, std::size_t end, std:
   rows_sixteen<Q4_0x8>(c, begin + 4 * quarter, end, scratch);
 }
 
-const std::array kSmallBatchKernels = {
-    GemmKernel{"avx512_x32", GgmlType::q4_0, packed_q8_0, pack_q8_0<Q4_0x8::kOffset>, 1, rows_thirty_two, 4 * kR, nullptr},
+const GemmKernel kThirtyTwoKernel{"avx512_x32", GgmlType::q4_0, packed_q8_0, pack_q8_0<Q4_0x8::kOffset>, 1, rows_thirty_two, 4 * kR, nullptr};
+
+const std::array kSixteenKernels = {
+    GemmKernel{"avx512_x16", GgmlType::q4_0, packed_q8_0, pack_q8_0<Q4_0x8::kOffset>, 1, rows_sixteen<Q4_0x8>, kR, nullptr},
     GemmKernel{"avx512_x16", GgmlType::q5_0, packed_q8_0, pack_q8_0<Q5_0x8::kOffset>, 1, rows_sixteen<Q5_0x8>, kR, nullptr},
 };
 
@@ -1085,9 +1087,10 @@ const std::array kKernels = {
 
 const GemmKernel* avx512_x8_gemm_kernel(GgmlType type, std::size_t batch) {
   const bool q5_0 = type == GgmlType::q5_0;
+  if (type == GgmlType::q4_0 && batch >= kThirtyTwoMinBatch && batch <= kSixteenMaxBatch) return &kThirtyTwoKernel;
   const bool sixteen_rows = batch >= kSixteenMinBatch && batch <= (q5_0 ? kQ5_0PairMinBatch - 1 : kSixteenMaxBatch);
-  const GemmKernel* small = sixteen_rows ? find_x8_kernel(kSmallBatchKernels, type) : nullptr;
-  if (small != nullptr) return small;
+  const GemmKernel* sixteen = sixteen_rows ? find_x8_kernel(kSixteenKernels, type) : nullptr;
+  if (sixteen != nullptr) return sixteen;
   const GemmKernel* pairs = batch >= (q5_0 ? kQ5_0PairMinBatch : kPairMinBatch) ? find_x8_kernel(kPairKernels, type) : nullptr;
   return pairs != nullptr ? pairs : find_x8_kernel(kKernels, type);
 }

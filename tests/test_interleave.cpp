@@ -96,9 +96,11 @@ TEST_P(InterleaveFormats, KernelsAgreeWithTheReferenceOnArbitraryQuants) {
   const GgmlType t = GetParam();
   const auto& f = format_info(t);
   const std::size_t cols = 2 * static_cast<std::size_t>(f.block_elems);
-  // Eleven groups and three rows: with two threads each takes one group from each quarter of
-  // its rows (AVX-512 Q4_0's thirty-two-row batches), one or two groups beyond, and a tail.
-  const std::size_t rows = 91;
+  // Fifteen groups and three rows. AVX-512 Q4_0's thirty-two-row batches split them in steps of
+  // four groups: with two threads the first takes eight groups (two from each quarter of its
+  // rows), the second seven and the tail (one group from each quarter, then the three left to
+  // the sixteen-row kernel: a pair and one alone).
+  const std::size_t rows = 123;
   std::vector<std::uint8_t> gguf = random_bytes(rows * f.row_bytes(cols), 91);
   for (std::size_t b = 0; b < gguf.size() / f.block_bytes; ++b) {
     std::uint8_t* block = gguf.data() + b * f.block_bytes;
@@ -208,7 +210,8 @@ TEST(Interleave, EachLayoutGoesToItsOwnKernels) {
   if (max_supported_level(host_cpu()) >= IsaLevel::avx512) {
     // VNNI has its own interleaved kernels for every interleaved format; CPUs without VNNI keep AVX2's.
     // Q4_0, Q5_0 and Q8_0 batches take their activation rows in pairs, but the small batches of
-    // Q4_0 and Q5_0 (fewer of Q5_0's) take sixteen weight rows at a time, Q4_0 thirty-two.
+    // Q4_0 and Q5_0 (fewer of Q5_0's) take sixteen weight rows at a time, Q4_0's from eight rows
+    // thirty-two.
     const bool vnni = host_cpu().avx512_vnni;
     for (GgmlType t : interleaved_formats()) {
       const bool q5_0 = t == GgmlType::q5_0;
@@ -218,7 +221,7 @@ TEST(Interleave, EachLayoutGoesToItsOwnKernels) {
       for (std::size_t batch : {1U, 2U, 3U, 4U, 8U, 9U, 15U, 16U, 64U, 512U}) {
         const bool small = batch >= kSixteenMinBatch && batch <= (q5_0 ? kQ5_0PairMinBatch - 1 : kSixteenMaxBatch);
         const std::string x8 = !vnni                          ? "avx2_x8"
-                               : sixteen && small             ? (q5_0 ? "avx512_x16" : "avx512_x32")
+                               : sixteen && small             ? (!q5_0 && batch >= kThirtyTwoMinBatch ? "avx512_x32" : "avx512_x16")
                                : pairs && batch >= pair_min   ? "avx512_x8_pairs"
                                                               : "avx512_x8";
         EXPECT_EQ(GemmContext(1, IsaLevel::avx512).kernel_name(t, batch, 4096, WeightLayout::interleaved8), x8) << format_info(t).name;
