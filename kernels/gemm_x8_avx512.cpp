@@ -965,7 +965,7 @@ void rows_sixteen(const GemmCall& c, std::size_t begin, std::size_t end, std::ui
 // activation rows the float accumulators live in memory, touched once per block. Taking the
 // activation rows outermost instead, all sixteen steps decoded up front, ran 0.92x the
 // sixteen-row kernel in a standalone copy of the block loop (weights in L2, one core), this
-// order 1.09-1.15x; in the kernel itself, 1.12x on one core in cache (`gemm_hot`).
+// order 1.08-1.20x; in the kernel itself, 1.12x on one core in cache (`gemm_hot`).
 //
 // The four groups are one from each quarter of the thread's rows: four DRAM streams, each
 // running on into its next group as the prefetches expect (the sixteen-row kernel's two halves,
