@@ -1,7 +1,7 @@
 // What competes with vpdpbusd for the core (`vnni_company/...`, one core, registers and L1):
 // each iteration runs sixteen independent vpdpbusd chains and eight instructions of one kind
 // that depend on nothing in the loop. Where the eight run on other pipes the iteration takes as
-// long as the sixteen alone (`none`); where they share vpdpbusd's pipes, or its loads share the
+// long as the sixteen alone (`alone`); where they share vpdpbusd's pipes, or its loads share the
 // load ports, it takes longer. `memory_operand` makes the sixteen take their broadcast from
 // memory, as the sixteen-row Q4_0 kernel's do, with eight broadcast loads beside them.
 //

@@ -72,7 +72,7 @@ inline constexpr std::size_t kSixteenMinBatch = 3;
 inline constexpr std::size_t kSixteenMaxBatch = 15;
 // From kThirtyTwoMinBatch to kSixteenMaxBatch, Q4_0 takes two such pairs of groups at a time
 // ("avx512_x32"), four streams per thread. In TinyLlama Q4_0's decode, alternated against the
-// sixteen-row kernel (docs/PERFORMANCE.md, forty-second session): eight users 1.06-1.08x, but
+// sixteen-row kernel (docs/PERFORMANCE.md, forty-second session): eight users 1.03-1.12x, but
 // six 0.96x and four 0.89x (0.93x and 0.97x with its streams twice as far ahead), though the
 // kernel sweep's 4096x14336 from DRAM ran it 1.02-1.09x at batches 4 and 6.
 inline constexpr std::size_t kThirtyTwoMinBatch = 8;
