@@ -845,9 +845,7 @@ void rows_pairs(const GemmCall& c, std::size_t begin, std::size_t end, std::uint
     for (std::size_t p0 = 0; p0 < pairs; p0 += chunk) {
       const std::size_t p1 = std::min(pairs, p0 + chunk);
       for (std::size_t r = begin; r < full; r += kR) {
-        std::size_t p = p0;
-        for (; p + kMaxPairs <= p1; p += kMaxPairs) pair_groups<K, 1, kMaxPairs>(c, r, 0, p);
-        if (p < p1) with_count<kMaxPairs - 1>(p1 - p, [&](auto np) { pair_groups<K, 1, decltype(np)::value>(c, r, 0, p); });
+        in_passes<kMaxPairs>(p0, p1, [&](auto np, std::size_t p) { pair_groups<K, 1, decltype(np)::value>(c, r, 0, p); });
       }
     }
   }
@@ -934,9 +932,7 @@ template <class K>
 void rows_sixteen(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8_t*) {
   constexpr std::size_t kNa = 8;
   const auto all_rows = [&](std::size_t r, std::size_t stride) {
-    std::size_t b = 0;
-    for (; b + kNa <= c.batch; b += kNa) sixteen_groups<K, kNa>(c, r, stride, b);
-    if (b < c.batch) with_count<kNa - 1>(c.batch - b, [&](auto na) { sixteen_groups<K, decltype(na)::value>(c, r, stride, b); });
+    in_passes<kNa>(0, c.batch, [&](auto na, std::size_t b) { sixteen_groups<K, decltype(na)::value>(c, r, stride, b); });
   };
   const std::size_t full = std::min(end, c.rows / kR * kR);
   // The head a stream's blocks do not prefetch: as far ahead as its first pass's blocks reach.
@@ -1053,9 +1049,7 @@ void rows_thirty_two(const GemmCall& c, std::size_t begin, std::size_t end, std:
   if (quarter > 0) {
     for (int g = 0; g < 4; ++g) prefetch_head(c.w + (begin + g * quarter) * c.row_bytes, quarter * c.row_bytes, kX32Ahead);
     for (std::size_t r = begin; r < begin + quarter; r += kR) {
-      std::size_t b = 0;
-      for (; b + kNa <= c.batch; b += kNa) thirty_two_groups<kNa>(c, r, quarter, b);
-      if (b < c.batch) with_count<kNa - 1>(c.batch - b, [&](auto na) { thirty_two_groups<decltype(na)::value>(c, r, quarter, b); });
+      in_passes<kNa>(0, c.batch, [&](auto na, std::size_t b) { thirty_two_groups<decltype(na)::value>(c, r, quarter, b); });
     }
   }
   rows_sixteen<Q4_0x8>(c, begin + 4 * quarter, end, scratch);

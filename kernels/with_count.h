@@ -23,4 +23,14 @@ INFERCAST_INLINE void with_count(std::size_t n, F&& f) {
   }
 }
 
+// A range [first, last) of activation rows (or pairs) in passes of Max: f(integral_constant<Max>,
+// at) for each whole pass from `first`, then f(integral_constant<n>, at) once for the n < Max
+// left, in one pass of their own size.
+template <int Max, class F>
+INFERCAST_INLINE void in_passes(std::size_t first, std::size_t last, F&& f) {
+  std::size_t at = first;
+  for (; at + Max <= last; at += Max) f(std::integral_constant<int, Max>{}, at);
+  if (at < last) with_count<Max - 1>(last - at, [&](auto n) { f(n, at); });
+}
+
 }  // namespace infercast
