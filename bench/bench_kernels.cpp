@@ -216,6 +216,21 @@ void run_to_f16(benchmark::State& state, const VecOps& ops, std::size_t n) {
   }
 }
 
+// SwiGLU over one token's FFN activations in cache: the engine's per-token rate without the
+// trip its inputs make from the cores that computed them.
+void run_swiglu(benchmark::State& state, const VecOps& ops, std::size_t n) {
+  const std::vector<float> gate = gaussian(n, 9);
+  const std::vector<float> up = gaussian(n, 10);
+  std::vector<float> out(n);
+  for (auto _ : state) {
+    std::copy(gate.begin(), gate.end(), out.begin());
+    ops.swiglu(out.data(), up.data(), n);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(n));
+}
+
 void run_argmax(benchmark::State& state, const VecOps& ops, std::size_t n) {
   const std::vector<float> x = gaussian(n, 8);
   for (auto _ : state) benchmark::DoNotOptimize(ops.argmax(x.data(), n));
@@ -251,7 +266,7 @@ void register_all() {
   }
   for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
     const auto level = static_cast<IsaLevel>(l);
-    for (std::size_t len : {128, 512, 2048}) {
+    for (std::size_t len : {48, 128, 512, 2048}) {
       benchmark::RegisterBenchmark(fmt::format("attention/{}/positions:{}", to_string(level), len).c_str(),
                                    [=](benchmark::State& s) { run_attention(s, level, len); })
           ->Unit(benchmark::kMicrosecond);
@@ -260,7 +275,7 @@ void register_all() {
   // The same task from DRAM at the best level: 1 GiB of keys and values, beyond the last-level
   // caches of the hosts in docs/PERFORMANCE.md (32-105 MiB, or 508 MiB as some Zen 5 guests
   // report theirs), at 512 positions and at 2048, a long context.
-  for (std::size_t len : {512, 2048}) {
+  for (std::size_t len : {48, 512, 2048}) {
     benchmark::RegisterBenchmark(fmt::format("attention_dram/{}/positions:{}", to_string(max_supported_level(host_cpu())), len).c_str(),
                                  [=](benchmark::State& s) { run_attention(s, max_supported_level(host_cpu()), len, std::size_t{1} << 30); })
         ->Unit(benchmark::kMicrosecond);
@@ -269,6 +284,8 @@ void register_all() {
   for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
     const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
     benchmark::RegisterBenchmark(fmt::format("to_f16/{}/n:256", ops.name).c_str(), [&ops](benchmark::State& s) { run_to_f16(s, ops, 256); })
+        ->Unit(benchmark::kNanosecond);
+    benchmark::RegisterBenchmark(fmt::format("swiglu/{}/n:5632", ops.name).c_str(), [&ops](benchmark::State& s) { run_swiglu(s, ops, 5632); })
         ->Unit(benchmark::kNanosecond);
     benchmark::RegisterBenchmark(fmt::format("argmax/{}/n:32000", ops.name).c_str(), [&ops](benchmark::State& s) { run_argmax(s, ops, 32000); })
         ->Unit(benchmark::kMicrosecond);

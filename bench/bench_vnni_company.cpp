@@ -4,6 +4,10 @@
 // long as the sixteen alone (`alone`); where they share vpdpbusd's pipes, or its loads share the
 // load ports, it takes longer. `memory_operand` makes the sixteen take their broadcast from
 // memory, as the sixteen-row Q4_0 kernel's do, with eight broadcast loads beside them.
+// The integer multiplies (vpmaddubsw, vpmaddwd, vpmullw, vpsadbw, vpdpwssd) and vpshufb are here
+// for the other ways to a 4-bit dot product (a pmaddubsw chain, table lookups): on the Zen 5 guest
+// every multiply shared vpdpbusd's pipes and vpshufb partly (docs/PERFORMANCE.md, forty-third
+// session), so none of them takes work off vpdpbusd.
 //
 // The quantized kernels' instruction mix is chosen from these figures (kernels/gemm_x8_avx512.cpp,
 // "Thirty-two rows"); run it on a new CPU before moving work between instruction kinds.
@@ -37,12 +41,19 @@ alignas(64) std::int32_t g_operand[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
 #define IC_PSRLW(i) "vpsrlw $4, %%zmm24, %%zmm" #i "\n\t"
 #define IC_PERMT2D(i) "vpermt2d %%zmm24, %%zmm25, %%zmm" #i "\n\t"
 #define IC_SHUFI64X2(i) "vshufi64x2 $0x44, %%zmm24, %%zmm25, %%zmm" #i "\n\t"
+#define IC_PMADDUBSW(i) "vpmaddubsw %%zmm24, %%zmm25, %%zmm" #i "\n\t"
+#define IC_PMADDWD(i) "vpmaddwd %%zmm24, %%zmm25, %%zmm" #i "\n\t"
+#define IC_PMULLW(i) "vpmullw %%zmm24, %%zmm25, %%zmm" #i "\n\t"
+#define IC_PSHUFB(i) "vpshufb %%zmm24, %%zmm25, %%zmm" #i "\n\t"
+#define IC_PADDW(i) "vpaddw %%zmm24, %%zmm25, %%zmm" #i "\n\t"
+#define IC_PSADBW(i) "vpsadbw %%zmm24, %%zmm25, %%zmm" #i "\n\t"
+#define IC_DPWSSD(i) "vpdpwssd %%zmm24, %%zmm25, %%zmm" #i "\n\t"
 #define IC_CVTPH2PS(i) "vcvtph2ps %%ymm24, %%zmm" #i "\n\t"
 #define IC_BROADCAST(i) "vpbroadcastd (%1), %%zmm" #i "\n\t"
 #define IC_LOAD512(i) "vmovdqu32 (%1), %%zmm" #i "\n\t"
 
 #define IC_COMPANY(name, dot, other)                                                                       \
-  __attribute__((target("avx512f,avx512vnni"))) void name(std::int64_t n) {                                 \
+  __attribute__((target("avx512f,avx512bw,avx512vnni"))) void name(std::int64_t n) {                        \
     asm volatile(                                                                                          \
         "vpxord %%zmm24, %%zmm24, %%zmm24\n\t"                                                             \
         "vpxord %%zmm25, %%zmm25, %%zmm25\n\t"                                                             \
@@ -68,14 +79,21 @@ IC_COMPANY(beside_vpsrlw, IC_DOT, IC_PSRLW)
 IC_COMPANY(beside_vpermt2d, IC_DOT, IC_PERMT2D)
 IC_COMPANY(beside_vshufi64x2, IC_DOT, IC_SHUFI64X2)
 IC_COMPANY(beside_vcvtph2ps, IC_DOT, IC_CVTPH2PS)
+IC_COMPANY(beside_vpmaddubsw, IC_DOT, IC_PMADDUBSW)
+IC_COMPANY(beside_vpmaddwd, IC_DOT, IC_PMADDWD)
+IC_COMPANY(beside_vpmullw, IC_DOT, IC_PMULLW)
+IC_COMPANY(beside_vpshufb, IC_DOT, IC_PSHUFB)
+IC_COMPANY(beside_vpaddw, IC_DOT, IC_PADDW)
+IC_COMPANY(beside_vpsadbw, IC_DOT, IC_PSADBW)
+IC_COMPANY(beside_vpdpwssd, IC_DOT, IC_DPWSSD)
 IC_COMPANY(beside_broadcast_load, IC_DOT, IC_BROADCAST)
 IC_COMPANY(beside_512bit_load, IC_DOT, IC_LOAD512)
 IC_COMPANY(memory_operand_alone, IC_DOT_MEMORY, IC_NONE)
 IC_COMPANY(memory_operand_beside_broadcast_load, IC_DOT_MEMORY, IC_BROADCAST)
 
 void run(benchmark::State& state, void (*loop)(std::int64_t)) {
-  if (!host_cpu().avx512_vnni) {
-    state.SkipWithError("needs AVX-512 VNNI");
+  if (!host_cpu().avx512_vnni || !host_cpu().avx512bw) {
+    state.SkipWithError("needs AVX-512 VNNI and BW");
     return;
   }
   constexpr std::int64_t kIterations = 1 << 16;
@@ -97,6 +115,13 @@ IC_REGISTER(beside_vpsrlw);
 IC_REGISTER(beside_vpermt2d);
 IC_REGISTER(beside_vshufi64x2);
 IC_REGISTER(beside_vcvtph2ps);
+IC_REGISTER(beside_vpmaddubsw);
+IC_REGISTER(beside_vpmaddwd);
+IC_REGISTER(beside_vpmullw);
+IC_REGISTER(beside_vpshufb);
+IC_REGISTER(beside_vpaddw);
+IC_REGISTER(beside_vpsadbw);
+IC_REGISTER(beside_vpdpwssd);
 IC_REGISTER(beside_broadcast_load);
 IC_REGISTER(beside_512bit_load);
 IC_REGISTER(memory_operand_alone);
