@@ -217,7 +217,8 @@ void run_to_f16(benchmark::State& state, const VecOps& ops, std::size_t n) {
 }
 
 // SwiGLU over one token's FFN activations in cache: the engine's per-token rate without the
-// trip its inputs make from the cores that computed them.
+// trip its inputs make from the cores that computed them. Each iteration copies the gate row
+// back first (the kernel works in place); the copy is part of the time.
 void run_swiglu(benchmark::State& state, const VecOps& ops, std::size_t n) {
   const std::vector<float> gate = gaussian(n, 9);
   const std::vector<float> up = gaussian(n, 10);
@@ -274,7 +275,7 @@ void register_all() {
   }
   // The same task from DRAM at the best level: 1 GiB of keys and values, beyond the last-level
   // caches of the hosts in docs/PERFORMANCE.md (32-105 MiB, or 508 MiB as some Zen 5 guests
-  // report theirs), at 512 positions and at 2048, a long context.
+  // report theirs), at 48 positions (a short decode's), 512, and 2048, a long context.
   for (std::size_t len : {48, 512, 2048}) {
     benchmark::RegisterBenchmark(fmt::format("attention_dram/{}/positions:{}", to_string(max_supported_level(host_cpu())), len).c_str(),
                                  [=](benchmark::State& s) { run_attention(s, max_supported_level(host_cpu()), len, std::size_t{1} << 30); })
