@@ -96,6 +96,7 @@ nlohmann::json to_json(const RunReport& r) {
           {"prefill_seconds", r.prefill_seconds}, {"decode_seconds", r.decode_seconds},
           {"prefill_gemm_seconds", r.prefill_gemm_seconds}, {"decode_gemm_seconds", r.decode_gemm_seconds},
           {"prefill_attention_seconds", r.prefill_attention_seconds}, {"decode_attention_seconds", r.decode_attention_seconds},
+          {"prefill_token_seconds", r.prefill_token_seconds}, {"decode_token_seconds", r.decode_token_seconds},
           {"decode_products", products},
           {"peak_rss_bytes", r.peak_rss_bytes}, {"tokens", r.tokens},
           {"numa", {{"nodes", r.numa.nodes}, {"applied", r.numa.applied}, {"bytes_bound", r.numa.bytes_bound},
@@ -125,11 +126,12 @@ std::string spread(const std::vector<double>& values) {
   return fmt::format("{:.1f}-{:.1f} tokens/s (cv {:.0f}%)", s.worst, s.best, 100 * s.cv);
 }
 
-// "84% / 6% / 10%": where a phase's time went, so a slow run says which part to look at.
-std::string time_split(double total, double products, double attention) {
+// "88.7% / 5.0% / 5.0% / 1.3%": where a phase's time went, so a slow run says which part to look at.
+std::string time_split(double total, double products, double attention, double token_work) {
   if (total <= 0) return "-";
-  return fmt::format("{:.0f}% / {:.0f}% / {:.0f}%", 100 * products / total, 100 * attention / total,
-                     100 * std::max(0.0, total - products - attention) / total);
+  const auto percent = [total](double part) { return 100 * part / total; };
+  return fmt::format("{:.1f}% / {:.1f}% / {:.1f}% / {:.1f}%", percent(products), percent(attention), percent(token_work),
+                     percent(std::max(0.0, total - products - attention - token_work)));
 }
 
 // Decode's products by kind: where the matrix time of a step goes, each at its own bandwidth.
@@ -203,9 +205,9 @@ void run(RunArgs& a) {
   fmt::print("  decode    {:5d} tokens x {:3d}   {:9.2f} tokens/s   ({:.2f} per sequence)   weights {:.1f} GB/s, {} per step\n",
              r.gen_tokens, r.concurrency, r.decode_tps, r.decode_tps_per_seq, r.decode_weight_gbs,
              format_size(r.decode_bytes_per_step));
-  fmt::print("  time      prefill {}   decode {}   (products / attention / the rest)\n",
-             time_split(r.prefill_seconds, r.prefill_gemm_seconds, r.prefill_attention_seconds),
-             time_split(r.decode_seconds, r.decode_gemm_seconds, r.decode_attention_seconds));
+  fmt::print("  time      prefill {}   decode {}   (products / attention / per-token work / the rest)\n",
+             time_split(r.prefill_seconds, r.prefill_gemm_seconds, r.prefill_attention_seconds, r.prefill_token_seconds),
+             time_split(r.decode_seconds, r.decode_gemm_seconds, r.decode_attention_seconds, r.decode_token_seconds));
   if (r.dram_read_before_gbs > 0) {
     fmt::print("  DRAM read {:.1f} GB/s before, {:.1f} after: decode weights at {:.2f}x their mean\n", r.dram_read_before_gbs,
                r.dram_read_after_gbs, r.decode_read_fraction);

@@ -270,16 +270,18 @@ int Engine::greedy_token(const float* logits) const {
 }
 
 void Engine::parallel_for(std::size_t n, const std::function<void(std::size_t, std::size_t, unsigned)>& body) {
+  const auto start = std::chrono::steady_clock::now();
   if (n == 1) {  // one token: not worth waking the team (the caller is member 0)
     body(0, 1, 0);
-    return;
+  } else {
+    ++step_parallel_operations_;
+    const unsigned members = ctx_.threads();
+    ctx_.pool().run([&](unsigned m) {
+      const RowRange r = split_rows(n, 1, m, members);
+      if (r.begin < r.end) body(r.begin, r.end, m);
+    });
   }
-  ++step_parallel_operations_;
-  const unsigned members = ctx_.threads();
-  ctx_.pool().run([&](unsigned m) {
-    const RowRange r = split_rows(n, 1, m, members);
-    if (r.begin < r.end) body(r.begin, r.end, m);
-  });
+  step_token_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits) {
@@ -289,6 +291,7 @@ void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits)
   step_gemm_seconds_ = 0;
   step_products_.clear();
   step_attention_seconds_ = 0;
+  step_token_seconds_ = 0;
   step_parallel_operations_ = 0;
   step_experts_touched_ = 0;
   if (n == 0) return;

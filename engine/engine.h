@@ -113,6 +113,10 @@ class Engine {
   [[nodiscard]] const std::vector<ProductTime>& last_step_products() const { return step_products_; }
   // Seconds the last step spent in attention over the KV cache (scores, softmax, weighted sum).
   [[nodiscard]] double last_step_attention_seconds() const { return step_attention_seconds_; }
+  // Seconds the last step spent in its per-token work between those: norms, RoPE and the cache
+  // writes, SwiGLU, residuals, MoE routing and combining. What is left of a step is its set-up,
+  // the output norm and the team's starts for products and attention.
+  [[nodiscard]] double last_step_token_seconds() const { return step_token_seconds_; }
   // Thread-team starts of the last step (see parallel_operations), and the experts its MoE
   // layers' tokens were routed to, summed over those layers.
   [[nodiscard]] int last_step_parallel_operations() const { return step_parallel_operations_; }
@@ -180,6 +184,7 @@ class Engine {
   double step_gemm_seconds_ = 0;
   std::vector<ProductTime> step_products_;
   double step_attention_seconds_ = 0;
+  double step_token_seconds_ = 0;
   int step_parallel_operations_ = 0;
   int step_experts_touched_ = 0;
 

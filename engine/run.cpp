@@ -87,6 +87,7 @@ void run_engine(const Model& model, const RunOptions& o, const std::vector<std::
       engine.step(batch, logits);
       r.prefill_gemm_seconds += engine.last_step_gemm_seconds();
       r.prefill_attention_seconds += engine.last_step_attention_seconds();
+      r.prefill_token_seconds += engine.last_step_token_seconds();
     }
     next[static_cast<std::size_t>(c)] = engine.greedy_token(logits.data());
     if (c == 0) r.ttft_ms = 1e3 * seconds_since(seq_start);
@@ -109,6 +110,7 @@ void run_engine(const Model& model, const RunOptions& o, const std::vector<std::
     r.decode_gemm_seconds += engine.last_step_gemm_seconds();
     accumulate(r.decode_products, engine.last_step_products());
     r.decode_attention_seconds += engine.last_step_attention_seconds();
+    r.decode_token_seconds += engine.last_step_token_seconds();
     for (int c = 0; c < o.concurrency; ++c) {
       next[static_cast<std::size_t>(c)] = engine.greedy_token(&logits[static_cast<std::size_t>(c) * static_cast<std::size_t>(cfg.vocab)]);
       r.tokens[static_cast<std::size_t>(c)].push_back(next[static_cast<std::size_t>(c)]);
@@ -195,7 +197,8 @@ RunSeries run_series(const Model& model, const RunOptions& o, const Tokenizer* t
        {&RunReport::prefill_seconds, &RunReport::decode_seconds, &RunReport::prefill_tps, &RunReport::decode_tps,
         &RunReport::decode_tps_per_seq, &RunReport::ttft_ms, &RunReport::prefill_gops, &RunReport::decode_weight_gbs,
         &RunReport::prefill_gemm_seconds, &RunReport::decode_gemm_seconds, &RunReport::prefill_attention_seconds,
-        &RunReport::decode_attention_seconds, &RunReport::dram_read_before_gbs, &RunReport::dram_read_after_gbs,
+        &RunReport::decode_attention_seconds, &RunReport::prefill_token_seconds, &RunReport::decode_token_seconds,
+        &RunReport::dram_read_before_gbs, &RunReport::dram_read_after_gbs,
         &RunReport::decode_read_fraction}) {
     std::vector<double> values;
     for (const RunReport& r : runs) values.push_back(r.*field);

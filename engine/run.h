@@ -56,6 +56,9 @@ struct RunReport {
   std::vector<ProductTime> decode_products;
   double prefill_attention_seconds = 0;  // of prefill_seconds, in attention over the KV cache
   double decode_attention_seconds = 0;   // of decode_seconds, likewise
+  // Of each, in the per-token work between products and attention (Engine::last_step_token_seconds).
+  double prefill_token_seconds = 0;
+  double decode_token_seconds = 0;
   std::uint64_t kv_cache_bytes = 0;
   std::uint64_t peak_rss_bytes = 0;
   double dram_read_before_gbs = 0;  // with check_read; 0 otherwise

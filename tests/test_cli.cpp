@@ -365,7 +365,14 @@ TEST(CliModel, GenModelAndRunReportTheFigures) {
   // Where decode's time went: the parts are inside the whole, and attention is never free.
   const double decode_seconds = j["decode_seconds"].get<double>();
   EXPECT_GT(j["decode_attention_seconds"].get<double>(), 0.0);
-  EXPECT_LT(j["decode_gemm_seconds"].get<double>() + j["decode_attention_seconds"].get<double>(), decode_seconds);
+  EXPECT_GT(j["decode_token_seconds"].get<double>(), 0.0);
+  EXPECT_LT(j["decode_gemm_seconds"].get<double>() + j["decode_attention_seconds"].get<double>() +
+                j["decode_token_seconds"].get<double>(),
+            decode_seconds);
+  EXPECT_GT(j["prefill_token_seconds"].get<double>(), 0.0);
+  EXPECT_LT(j["prefill_gemm_seconds"].get<double>() + j["prefill_attention_seconds"].get<double>() +
+                j["prefill_token_seconds"].get<double>(),
+            j["prefill_seconds"].get<double>());
   // ... and the products' time by kind adds up to the products' whole.
   double product_seconds = 0;
   for (const auto& p : j["decode_products"]) {
