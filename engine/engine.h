@@ -114,8 +114,8 @@ class Engine {
   // Seconds the last step spent in attention over the KV cache (scores, softmax, weighted sum).
   [[nodiscard]] double last_step_attention_seconds() const { return step_attention_seconds_; }
   // Seconds the last step spent in its per-token work between those: norms, RoPE and the cache
-  // writes, SwiGLU, residuals, MoE routing and combining. What is left of a step is its set-up,
-  // the output norm and the team's starts for products and attention.
+  // writes, SwiGLU, residuals, MoE routing and combining. What is left of a step is its set-up
+  // (embeddings, RoPE angles, the attention plan) and the output norm.
   [[nodiscard]] double last_step_token_seconds() const { return step_token_seconds_; }
   // Thread-team starts of the last step (see parallel_operations), and the experts its MoE
   // layers' tokens were routed to, summed over those layers.
