@@ -270,18 +270,18 @@ int Engine::greedy_token(const float* logits) const {
 }
 
 void Engine::parallel_for(std::size_t n, const std::function<void(std::size_t, std::size_t, unsigned)>& body) {
-  const auto start = std::chrono::steady_clock::now();
-  if (n == 1) {  // one token: not worth waking the team (the caller is member 0)
-    body(0, 1, 0);
-  } else {
+  step_token_seconds_ += timed([&] {
+    if (n == 1) {  // one token: not worth waking the team (the caller is member 0)
+      body(0, 1, 0);
+      return;
+    }
     ++step_parallel_operations_;
     const unsigned members = ctx_.threads();
     ctx_.pool().run([&](unsigned m) {
       const RowRange r = split_rows(n, 1, m, members);
       if (r.begin < r.end) body(r.begin, r.end, m);
     });
-  }
-  step_token_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
 }
 
 void Engine::step(std::span<const StepToken> tokens, std::vector<float>& logits) {
