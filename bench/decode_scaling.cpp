@@ -1,10 +1,12 @@
 // infercast_decode_scaling: how a model's aggregate decode rate grows with concurrency, measured
 // as `infercast run` measures it, the concurrencies alternated round after round on one loaded
-// model. On a shared host one user's decode follows the DRAM read and a batch's follows the
-// core clock, and each moves by tens of percent between minutes: a ratio of runs made apart
-// says little. Each round measures both around its runs (the probe's DRAM read, all threads;
-// the dependent-add clock on every thread), so a round whose ratio moved shows which of the two
-// moved with it. The medians over rounds are printed last.
+// model. On a shared host one user's decode follows the DRAM read and a quantized batch's the
+// rate of its multiply instructions, and each moves by tens of percent between minutes: a ratio
+// of runs made apart says little. Each round measures both around its runs, on all threads: the
+// probe's DRAM read, and a short sample of the probe's INT8 kernel of the batch kernels'
+// instruction family with the clock right after it. The clock alone does not tell: on a guest a
+// core's vector units are shared with whatever runs on its other hardware thread. The medians
+// over rounds are printed last.
 //
 //   infercast_decode_scaling --model M.gguf [--rounds 5] [--concurrency 1,8] [--threads N]
 //                            [--prompt 16] [--gen 64]
@@ -23,33 +25,54 @@
 #include "probes/cpu_features.h"
 #include "probes/error.h"
 #include "probes/stats.h"
-#include "probes/thread_team.h"
 #include "probes/topology.h"
 
 namespace {
 
 using namespace infercast;
 
+// The instruction family a quantized batch multiplies with: the batch kernels below the AMX
+// tiles' batches run on AVX-512 VNNI, AVX-VNNI or AVX2's vpmaddubsw (empty on a scalar host).
+std::string int8_family(const CpuFeatures& cpu, IsaLevel level) {
+  if (level >= IsaLevel::avx512 && cpu.avx512_vnni) return "int8_vnni_avx512";
+  if (level >= IsaLevel::avx2 && cpu.avx_vnni) return "int8_avx_vnni";
+  if (level >= IsaLevel::avx2) return "int8_avx2";
+  return {};
+}
+
 struct HostState {
   double read_gbs = 0;
-  std::vector<double> ghz;  // per thread
+  double gops = 0;  // the family's rate on every thread together, 0 without one
+  double ghz = 0;   // the dependent-add clock right after it (or alone, without a family)
 };
 
-// 20 ms of dependent adds per thread: long enough to leave a frequency ramp behind, short
-// beside the runs it brackets.
-HostState host_state(unsigned threads) {
+HostState host_state(unsigned threads, const std::string& family) {
   HostState s;
   s.read_gbs = measure_dram_read_gbs(threads, active_level());
-  s.ghz.resize(threads);
-  ThreadTeam team(threads);
-  team.run([&](unsigned m) { s.ghz[m] = measure_frequency_ghz(0.02); });
+  if (family.empty()) {
+    s.ghz = measure_frequency_ghz(0.02);
+    return s;
+  }
+  // One short sample: a rate at this minute, not a peak.
+  ComputeOptions c;
+  c.thread_counts = {threads};
+  c.min_time = 0.02;
+  c.samples = 1;
+  c.rounds = 1;
+  c.level = active_level();
+  c.only = {family};
+  const std::vector<ComputePeak> peaks = run_compute_peaks(c, host_cpu());
+  if (!peaks.empty()) {
+    s.gops = peaks[0].gops.median;
+    s.ghz = peaks[0].ghz;
+  }
   return s;
 }
 
-std::string describe(const HostState& s) {
-  std::string clocks;
-  for (double g : s.ghz) clocks += fmt::format("{}{:.2f}", clocks.empty() ? "" : "/", g);
-  return fmt::format("read {:.1f} GB/s, clock {} GHz", s.read_gbs, clocks);
+std::string describe(const HostState& s, const std::string& family) {
+  const std::string read = fmt::format("read {:.1f} GB/s", s.read_gbs);
+  if (s.gops > 0) return fmt::format("{}, {} {:.0f} GOPS at {:.2f} GHz", read, family, s.gops, s.ghz);
+  return fmt::format("{}, clock {:.2f} GHz", read, s.ghz);
 }
 
 double decode_tps(const Model& model, const RunOptions& base, int concurrency) {
@@ -61,7 +84,7 @@ double decode_tps(const Model& model, const RunOptions& base, int concurrency) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Aggregate decode rate per concurrency, alternated on one loaded model, with the host's read and clock"};
+  CLI::App app{"Aggregate decode rate per concurrency, alternated on one loaded model, with the host's read and INT8 rate"};
   std::string path;
   int rounds = 5;
   std::vector<int> concurrencies{1, 8};
@@ -84,6 +107,7 @@ int main(int argc, char** argv) {
   }
   try {
     const Model model = Model::load(path);
+    const std::string family = int8_family(host_cpu(), active_level());
     RunOptions o;
     o.threads = threads;
     o.prompt_tokens = prompt;
@@ -93,16 +117,16 @@ int main(int argc, char** argv) {
     std::vector<std::vector<double>> tps(concurrencies.size());
     std::vector<double> ratios;
     for (int r = 0; r < rounds; ++r) {
-      const HostState before = host_state(threads);
+      const HostState before = host_state(threads, family);
       std::string line = fmt::format("round {}:", r);
       for (std::size_t i = 0; i < concurrencies.size(); ++i) {
         tps[i].push_back(decode_tps(model, o, concurrencies[i]));
         line += fmt::format(" C={} {:.1f}", concurrencies[i], tps[i].back());
       }
       ratios.push_back(tps.back().back() / tps.front().back());
-      const HostState after = host_state(threads);
+      const HostState after = host_state(threads, family);
       line += fmt::format(" tok/s, C={}/C={} {:.2f}; before {}; after {}", concurrencies.back(), concurrencies.front(),
-                          ratios.back(), describe(before), describe(after));
+                          ratios.back(), describe(before, family), describe(after, family));
       std::puts(line.c_str());
       std::fflush(stdout);
     }

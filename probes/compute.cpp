@@ -169,7 +169,8 @@ std::vector<ComputePeak> run_compute_peaks(const ComputeOptions& options, const 
   const auto& table = specs();
   std::vector<const KernelSpec*> runnable;
   for (const KernelSpec& k : table) {
-    if (unavailable_reason(k, cpu, options.level).empty()) runnable.push_back(&k);
+    const bool chosen = options.only.empty() || std::find(options.only.begin(), options.only.end(), k.name) != options.only.end();
+    if (chosen && unavailable_reason(k, cpu, options.level).empty()) runnable.push_back(&k);
   }
   const int rounds = std::max(options.rounds, 1);
   // samples[t * runnable.size() + k][accumulators]: 0 accumulators for the kernels without tiles.

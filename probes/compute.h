@@ -39,6 +39,9 @@ struct ComputeOptions {
   int samples = 3;  // per round
   int rounds = 3;   // every kernel once per round; a peak is the best sample of all rounds
   IsaLevel level = IsaLevel::scalar;
+  // Only the kernels of these names (compute_kernels' names); every one when empty. A tool that
+  // brackets its own runs with one instruction family's rate needs that one alone.
+  std::vector<std::string> only;
   ProgressFn progress;
 };
 

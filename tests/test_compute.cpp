@@ -64,6 +64,24 @@ TEST(Compute, PeaksRunOnlyAllowedKernels) {
   }
 }
 
+TEST(Compute, OnlyTheNamedKernelsRun) {
+  ComputeOptions o;
+  o.thread_counts = {1};
+  o.min_time = 0.002;
+  o.samples = 1;
+  o.level = max_supported_level(host_cpu());
+  std::vector<std::string> runnable;
+  for (const auto& k : compute_kernels(host_cpu(), o.level)) {
+    if (k.available) runnable.push_back(k.name);
+  }
+  if (runnable.empty()) GTEST_SKIP() << "no compute kernel at this ISA level";
+  o.only = {runnable.back(), "no_such_kernel"};
+  const auto peaks = run_compute_peaks(o, host_cpu());
+  ASSERT_EQ(peaks.size(), 1U);
+  EXPECT_EQ(peaks[0].kernel, runnable.back());
+  EXPECT_GT(peaks[0].gops.best, 0.0);
+}
+
 TEST(Compute, EveryKernelIsSampledInEveryRound) {
   ComputeOptions o;
   o.thread_counts = {1};
