@@ -97,10 +97,18 @@ void run_gemm(benchmark::State& state, GgmlType type, IsaLevel level, WeightLayo
 // `footprint` bytes, each iteration takes the next of as many tasks' keys and values as fill it
 // (huge pages, as the engine's pool), so a footprint beyond the last-level cache gives a task
 // whose lines come from DRAM, as a decode step's do once the weights have streamed through.
-void run_attention(benchmark::State& state, IsaLevel level, std::size_t len, std::size_t footprint = 0) {
+//
+// With `longest` above `len`, the task's length steps through [len, longest] from one iteration
+// to the next, as a decode's tasks do (each sequence at its own position, each step one further):
+// a task of one fixed length lets the branch predictor learn every loop of it, and its last block
+// is always full.
+void run_attention(benchmark::State& state, IsaLevel level, std::size_t len, std::size_t footprint = 0, std::size_t longest = 0) {
   const VecOps& ops = vec_ops(level);
   constexpr std::size_t kHeads = 8;
   constexpr std::size_t kDim = 64;
+  const std::size_t shortest = len;
+  len = std::max(len, longest);  // what the buffers must hold
+  const std::size_t lengths = len - shortest + 1;
   const std::size_t blocks = (len + kKeyBlock - 1) / kKeyBlock;
   const std::size_t per_task = blocks * kKeyBlock * kDim;  // elements of keys, and of values
   const std::size_t tasks = std::max<std::size_t>(1, footprint / (2 * per_task * sizeof(std::uint16_t)));
@@ -113,20 +121,26 @@ void run_attention(benchmark::State& state, IsaLevel level, std::size_t len, std
   }
   std::vector<float> q(kHeads * kDim, 0.03F), scores(kHeads * len), out(kHeads * kDim);
   std::size_t task = 0;
+  std::size_t step = 0;
+  double positions = 0;
   for (auto _ : state) {
     const std::uint16_t* k = keys + task * per_task;
     const std::uint16_t* v = values + task * per_task;
+    // 37 is prime to every range used here: each length once per `lengths` iterations, in a
+    // scrambled order.
+    const std::size_t now = shortest + (step * 37) % lengths;
+    positions += static_cast<double>(now);
     attend<std::uint16_t>(
-        ops, q.data(), kHeads, kDim, len, 0.125F, [k](std::size_t b) { return k + b * kKeyBlock * kDim; },
+        ops, q.data(), kHeads, kDim, now, 0.125F, [k](std::size_t b) { return k + b * kKeyBlock * kDim; },
         [v](std::size_t b) { return v + b * kKeyBlock * kDim; }, scores.data(), out.data());
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
     task = task + 1 == tasks ? 0 : task + 1;
+    step = step + 1 == lengths ? 0 : step + 1;
   }
   if (footprint > 0) state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * per_task * sizeof(std::uint16_t)));
   // Scores and the weighted sum: 2 x 2 x heads x positions x head size.
-  state.counters["gflops"] = benchmark::Counter(4.0 * kHeads * kDim * static_cast<double>(len) * static_cast<double>(state.iterations()) / 1e9,
-                                                benchmark::Counter::kIsRate);
+  state.counters["gflops"] = benchmark::Counter(4.0 * kHeads * kDim * positions / 1e9, benchmark::Counter::kIsRate);
 }
 
 // Sixteen rows of kCols decoded as the AMX kernels do per row group, from one layout: to signed
@@ -272,6 +286,11 @@ void register_all() {
                                    [=](benchmark::State& s) { run_attention(s, level, len); })
           ->Unit(benchmark::kMicrosecond);
     }
+    // A short decode's tasks as they come: 17 to 79 positions (a 16-token prompt and 64 tokens
+    // generated), 48 on average.
+    benchmark::RegisterBenchmark(fmt::format("attention/{}/positions:17-79", to_string(level)).c_str(),
+                                 [=](benchmark::State& s) { run_attention(s, level, 17, 0, 79); })
+        ->Unit(benchmark::kMicrosecond);
   }
   // The same task from DRAM at the best level: 1 GiB of keys and values, beyond the last-level
   // caches of the hosts in docs/PERFORMANCE.md (32-105 MiB, or 508 MiB as some Zen 5 guests
