@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/tool_main.h"
 #include "engine/model.h"
 #include "engine/run.h"
 #include "probes/bandwidth.h"
@@ -97,15 +98,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads)->check(CLI::Range(1U, host_topology().cores));
   app.add_option("--prompt", prompt)->check(CLI::Range(1, 1 << 20));
   app.add_option("--gen", gen)->check(CLI::Range(2, 1 << 20));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {  // the project's one-line usage error, status 2
-    std::fprintf(stderr, "infercast_decode_scaling: %s\n", e.what());
-    return 2;
-  }
-  try {
+  return run_tool(app, "infercast_decode_scaling", argc, argv, [&] {
     const Model model = Model::load(path);
     const std::string family = int8_family(host_cpu(), active_level());
     RunOptions o;
@@ -136,9 +129,5 @@ int main(int argc, char** argv) {
     line += fmt::format(" tok/s; C={}/C={} {:.2f} (rounds {:.2f}-{:.2f})", concurrencies.back(), concurrencies.front(),
                         median_of(ratios), *low, *high);
     std::puts(line.c_str());
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "infercast_decode_scaling: %s\n", e.what());
-    return 2;
-  }
-  return 0;
+  });
 }

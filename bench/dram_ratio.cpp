@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/tool_main.h"
 #include "kernels/formats.h"
 #include "kernels/measure.h"
 #include "probes/bandwidth.h"
@@ -45,15 +46,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch)->check(CLI::Range(1, 512));
   app.add_option("--threads", threads)->check(CLI::Range(1U, host_topology().cores));
   app.add_option("--min-time", min_time)->check(CLI::Range(0.01, 10.0));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {  // the project's one-line usage error, status 2
-    std::fprintf(stderr, "infercast_dram_ratio: %s\n", e.what());
-    return 2;
-  }
-  try {
+  return run_tool(app, "infercast_dram_ratio", argc, argv, [&] {
     KernelSweepOptions k;
     for (const auto& name : format_names) {
       const auto type = parse_format(name);
@@ -88,9 +81,5 @@ int main(int argc, char** argv) {
     for (std::size_t f = 0; f < k.formats.size(); ++f)
       line += fmt::format(" {} {:.3f}", format_info(k.formats[f]).name, median_of(ratios[f]));
     std::puts(line.c_str());
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "infercast_dram_ratio: %s\n", e.what());
-    return 2;
-  }
-  return 0;
+  });
 }

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/tool_main.h"
 #include "engine/engine.h"
 #include "engine/model.h"
 #include "kernels/formats.h"
@@ -154,15 +155,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps)->check(CLI::Range(1, 1000));
   app.add_option("--concurrency", concurrency)->check(CLI::Range(1, 512));
   app.add_option("--threads", threads)->check(CLI::Range(1U, host_topology().cores));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {  // the project's one-line usage error, status 2
-    std::fprintf(stderr, "infercast_engine_products: %s\n", e.what());
-    return 2;
-  }
-  try {
+  return run_tool(app, "infercast_engine_products", argc, argv, [&] {
     const Model model = Model::load(path);
     if (model.config().is_moe()) throw UsageError("the replay covers dense models only");
     EngineOptions eo;
@@ -256,9 +249,5 @@ int main(int argc, char** argv) {
         fmt::print("{:<34} {:>12.1f} {:>28}\n", key, median_of(values), r.empty() ? "-" : fmt::format("{:.3f}", median_of(r)));
       }
     }
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "infercast_engine_products: %s\n", e.what());
-    return 2;
-  }
-  return 0;
+  });
 }
