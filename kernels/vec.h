@@ -27,13 +27,16 @@ struct VecOps {
                        float scale, float* out, std::size_t out_stride);
   void (*dot_keys_f16)(const std::uint16_t* keys, std::size_t count, const float* q, std::size_t heads,
                        std::size_t n, float scale, float* out, std::size_t out_stride);
-  // Over `count` rows `stride` elements apart (values of consecutive positions) and the heads
-  // that share them, one call per cache block:
-  //   y[h * n + i] += sum_j w[h * w_stride + j] * row j [i]
-  void (*axpy_rows_f32)(const float* w, std::size_t w_stride, const float* rows, std::size_t stride, std::size_t count,
-                        std::size_t heads, std::size_t n, float* y);
-  void (*axpy_rows_f16)(const float* w, std::size_t w_stride, const std::uint16_t* rows, std::size_t stride,
-                        std::size_t count, std::size_t heads, std::size_t n, float* y);
+  // Over `count` positions of a run of consecutive cache blocks (position j is row j % kKeyBlock
+  // of blocks[j / kKeyBlock], a block's rows n elements apart) and the heads that share them:
+  //   y[h * n + i] += sum_j w[h * w_stride + j] * (position j's row)[i]
+  // At most kValueChunkBlocks blocks a call. While block b is read, the block at ahead[b] (where
+  // not null) is asked for with the non-temporal hint: see attend_tokens.
+  void (*axpy_blocks_f32)(const float* w, std::size_t w_stride, const float* const* blocks, const float* const* ahead,
+                          std::size_t count, std::size_t heads, std::size_t n, float* y);
+  void (*axpy_blocks_f16)(const float* w, std::size_t w_stride, const std::uint16_t* const* blocks,
+                          const std::uint16_t* const* ahead, std::size_t count, std::size_t heads, std::size_t n,
+                          float* y);
   // In place: x becomes softmax(x).
   void (*softmax)(float* x, std::size_t n);
   // In place: gate[i] = silu(gate[i]) * up[i], the SwiGLU feed-forward's activation.
@@ -53,6 +56,36 @@ inline constexpr std::size_t kKeyBlock = 16;
 // attend_tokens.
 inline constexpr std::size_t kKeyPrefetchBlocks = 2;
 inline constexpr std::size_t kValuePrefetchBlocks = 4;
+// The value pass takes up to this many blocks a call, and no more than kValueChunkBytes of
+// values (value_chunk_blocks): the vector kernels keep a head group's sums in registers over
+// the whole run, and read its rows once per group of columns, from L1 after the first.
+inline constexpr std::size_t kValueChunkBlocks = 8;
+inline constexpr std::size_t kValueChunkBytes = std::size_t{16} << 10;
+inline std::size_t value_chunk_blocks(std::size_t n, std::size_t element_bytes) {
+  return std::clamp<std::size_t>(kValueChunkBytes / (kKeyBlock * n * element_bytes), 1, kValueChunkBlocks);
+}
+
+// step(row, j) for each position j of a run of blocks (the value pass's, see axpy_blocks_f32),
+// row pointing at its n elements. With Ask, the same row of block ahead[b] is asked for (with the
+// non-temporal hint) just before, where ahead[b] is not null: a block's lines spread over the
+// positions of the block before it.
+template <class T, bool Ask, class Step>
+inline void for_each_position(const T* const* blocks, const T* const* ahead, std::size_t count, std::size_t n,
+                              Step&& step) {
+  const std::size_t row_bytes = n * sizeof(T);
+  for (std::size_t j0 = 0, b = 0; j0 < count; j0 += kKeyBlock, ++b) {
+    const auto* next = Ask ? reinterpret_cast<const char*>(ahead[b]) : nullptr;
+    const std::size_t in_block = std::min(kKeyBlock, count - j0);
+    for (std::size_t j = 0; j < in_block; ++j) {
+      if constexpr (Ask) {
+        if (next != nullptr) {
+          for (std::size_t at = 0; at < row_bytes; at += 64) __builtin_prefetch(next + j * row_bytes + at, 0, 0);
+        }
+      }
+      step(blocks[b] + j * n, j0 + j);
+    }
+  }
+}
 
 // pass.template operator()<H>(h) over the heads in passes of four, then one pass of the three,
 // two or one left: the vector kernels keep H heads' accumulators in registers.
@@ -68,7 +101,7 @@ void in_head_passes(std::size_t heads, Pass&& pass) {
   }
 }
 
-// The column-layout scores and the row variant of axpy in plain loops; each ISA file
+// The column-layout scores and the value pass over blocks in plain loops; each ISA file
 // instantiates them with its own element conversion and inlined axpy.
 template <class T, float (*ToFloat)(T)>
 void dot_keys(const T* keys, std::size_t count, const float* q, std::size_t heads, std::size_t n, float scale,
@@ -82,10 +115,12 @@ void dot_keys(const T* keys, std::size_t count, const float* q, std::size_t head
   }
 }
 template <class T, void (*Axpy)(float, const T*, float*, std::size_t)>
-void axpy_rows(const float* w, std::size_t w_stride, const T* rows, std::size_t stride, std::size_t count,
-               std::size_t heads, std::size_t n, float* y) {
+void axpy_blocks_by_rows(const float* w, std::size_t w_stride, const T* const* blocks, const T* const* /*ahead*/,
+                         std::size_t count, std::size_t heads, std::size_t n, float* y) {
   for (std::size_t h = 0; h < heads; ++h) {
-    for (std::size_t j = 0; j < count; ++j) Axpy(w[h * w_stride + j], rows + j * stride, y + h * n, n);
+    for (std::size_t j = 0; j < count; ++j) {
+      Axpy(w[h * w_stride + j], blocks[j / kKeyBlock] + j % kKeyBlock * n, y + h * n, n);
+    }
   }
 }
 
@@ -167,17 +202,24 @@ void attend_tokens(const VecOps& ops, const float* q, std::size_t tokens, std::s
     std::fill(row + seen, row + len, 0.0F);
   }
   std::fill(out, out + rows * n, 0.0F);
-  for (std::size_t j0 = 0; j0 < len; j0 += kKeyBlock) {
-    const std::size_t count = std::min(kKeyBlock, len - j0);
-    const T* values = value_block(j0 / kKeyBlock);
-    if (j0 + kValuePrefetchBlocks * kKeyBlock < len) {
-      const auto* next_values = reinterpret_cast<const char*>(value_block(j0 / kKeyBlock + kValuePrefetchBlocks));
-      for (std::size_t at = 0; at < kKeyBlock * n * sizeof(T); at += 64) __builtin_prefetch(next_values + at, 0, 0);
+  // The values in runs of blocks, each block's lines asked for kValuePrefetchBlocks blocks ahead
+  // of its use (the first ones were asked for in the score pass).
+  const std::size_t chunk = value_chunk_blocks(n, sizeof(T));
+  const std::size_t blocks = (len + kKeyBlock - 1) / kKeyBlock;
+  for (std::size_t b0 = 0; b0 < blocks; b0 += chunk) {
+    const std::size_t in_chunk = std::min(chunk, blocks - b0);
+    const T* values[kValueChunkBlocks];
+    const T* ahead[kValueChunkBlocks];
+    for (std::size_t b = 0; b < in_chunk; ++b) {
+      values[b] = value_block(b0 + b);
+      ahead[b] = b0 + b + kValuePrefetchBlocks < blocks ? value_block(b0 + b + kValuePrefetchBlocks) : nullptr;
     }
+    const std::size_t j0 = b0 * kKeyBlock;
+    const std::size_t count = std::min(in_chunk * kKeyBlock, len - j0);
     if constexpr (kF32) {
-      ops.axpy_rows_f32(scores + j0, len, values, n, count, rows, n, out);
+      ops.axpy_blocks_f32(scores + j0, len, values, ahead, count, rows, n, out);
     } else {
-      ops.axpy_rows_f16(scores + j0, len, values, n, count, rows, n, out);
+      ops.axpy_blocks_f16(scores + j0, len, values, ahead, count, rows, n, out);
     }
   }
 }

@@ -91,28 +91,30 @@ void dot_keys(const T* keys, std::size_t count, const float* q, std::size_t head
   });
 }
 
-// y_h += sum_j w_h[j] * row j for H heads over 32 columns from c0: each row chunk is loaded (and
-// converted) once for H heads, the 4 x H accumulators stay in registers across the rows.
-template <class T, int H>
-void axpy_pass(const float* w, std::size_t w_stride, const T* rows, std::size_t stride, std::size_t count,
-               std::size_t n, std::size_t c0, float* y) {
+// y_h += sum_j w_h[j] x (position j's row) for H heads over 32 columns from c0, over a run of
+// blocks: each row chunk is loaded (and converted) once for H heads, and the 4 x H sums stay in
+// registers across the run. With Ask (the pass that reads the blocks first), it asks for the
+// blocks ahead as for_each_position does.
+template <class T, int H, bool Ask>
+void axpy_blocks_pass(const float* w, std::size_t w_stride, const T* const* blocks, const T* const* ahead,
+                      std::size_t count, std::size_t n, std::size_t c0, float* y) {
   __m256 acc[H][4];
   INFERCAST_UNROLL
   for (int h = 0; h < H; ++h) {
     INFERCAST_UNROLL
     for (std::size_t s = 0; s < 4; ++s) acc[h][s] = _mm256_loadu_ps(y + h * n + c0 + 8 * s);
   }
-  for (std::size_t j = 0; j < count; ++j) {
+  for_each_position<T, Ask>(blocks, ahead, count, n, [&](const T* row, std::size_t j) {
     __m256 v[4];
     INFERCAST_UNROLL
-    for (std::size_t s = 0; s < 4; ++s) v[s] = load8(rows + j * stride + c0 + 8 * s);
+    for (std::size_t s = 0; s < 4; ++s) v[s] = load8(row + c0 + 8 * s);
     INFERCAST_UNROLL
     for (int h = 0; h < H; ++h) {
       const __m256 wj = _mm256_set1_ps(w[h * w_stride + j]);
       INFERCAST_UNROLL
       for (std::size_t s = 0; s < 4; ++s) acc[h][s] = _mm256_fmadd_ps(wj, v[s], acc[h][s]);
     }
-  }
+  });
   INFERCAST_UNROLL
   for (int h = 0; h < H; ++h) {
     INFERCAST_UNROLL
@@ -121,16 +123,25 @@ void axpy_pass(const float* w, std::size_t w_stride, const T* rows, std::size_t 
 }
 
 template <class T>
-void axpy_rows_heads(const float* w, std::size_t w_stride, const T* rows, std::size_t stride, std::size_t count,
-                     std::size_t heads, std::size_t n, float* y) {
+void axpy_blocks(const float* w, std::size_t w_stride, const T* const* blocks, const T* const* ahead, std::size_t count,
+                 std::size_t heads, std::size_t n, float* y) {
   if (n % 32 != 0) {
-    axpy_rows<T, axpy<T>>(w, w_stride, rows, stride, count, heads, n, y);
+    axpy_blocks_by_rows<T, axpy<T>>(w, w_stride, blocks, ahead, count, heads, n, y);
     return;
   }
+  bool asked = false;
+  const auto pass = [&]<int H>(std::size_t h, std::size_t c0) {
+    if (asked) {
+      axpy_blocks_pass<T, H, false>(w + h * w_stride, w_stride, blocks, ahead, count, n, c0, y + h * n);
+    } else {
+      axpy_blocks_pass<T, H, true>(w + h * w_stride, w_stride, blocks, ahead, count, n, c0, y + h * n);
+      asked = true;
+    }
+  };
   for (std::size_t c0 = 0; c0 < n; c0 += 32) {
     std::size_t h = 0;
-    for (; h + 2 <= heads; h += 2) axpy_pass<T, 2>(w + h * w_stride, w_stride, rows, stride, count, n, c0, y + h * n);
-    if (h < heads) axpy_pass<T, 1>(w + h * w_stride, w_stride, rows, stride, count, n, c0, y + h * n);
+    for (; h + 2 <= heads; h += 2) pass.template operator()<2>(h, c0);
+    if (h < heads) pass.template operator()<1>(h, c0);
   }
 }
 
@@ -228,7 +239,7 @@ std::size_t argmax(const float* x, std::size_t n) {
 }
 
 const VecOps kAvx2{"avx2", dot<float>, dot<std::uint16_t>, axpy<float>, axpy<std::uint16_t>,
-    dot_keys<float>, dot_keys<std::uint16_t>, axpy_rows_heads<float>, axpy_rows_heads<std::uint16_t>,
+    dot_keys<float>, dot_keys<std::uint16_t>, axpy_blocks<float>, axpy_blocks<std::uint16_t>,
     softmax, swiglu, to_f16, argmax};
 
 }  // namespace

@@ -89,11 +89,13 @@ void dot_keys(const T* keys, std::size_t count, const float* q, std::size_t head
   });
 }
 
-// y_h += sum_j w_h[j] * row j for H heads over 16 x S columns from c0: each row chunk is loaded
-// (and converted) once for H heads, the S x H accumulators stay in registers across the rows.
-template <class T, int H, int S>
-void axpy_pass(const float* w, std::size_t w_stride, const T* rows, std::size_t stride, std::size_t count,
-               std::size_t n, std::size_t c0, float* y) {
+// y_h += sum_j w_h[j] x (position j's row) for H heads over 16 x S columns from c0, over a run
+// of blocks: each row chunk is loaded (and converted) once for H heads, and the S x H sums stay
+// in registers across the run. With Ask (the pass that reads the blocks first), it asks for the
+// blocks ahead as for_each_position does.
+template <class T, int H, int S, bool Ask>
+void axpy_blocks_pass(const float* w, std::size_t w_stride, const T* const* blocks, const T* const* ahead,
+                      std::size_t count, std::size_t n, std::size_t c0, float* y) {
   __mmask16 mask[S];
   INFERCAST_UNROLL
   for (std::size_t s = 0; s < S; ++s) {
@@ -106,17 +108,17 @@ void axpy_pass(const float* w, std::size_t w_stride, const T* rows, std::size_t 
     INFERCAST_UNROLL
     for (std::size_t s = 0; s < S; ++s) acc[h][s] = _mm512_maskz_loadu_ps(mask[s], y + h * n + c0 + 16 * s);
   }
-  for (std::size_t j = 0; j < count; ++j) {
+  for_each_position<T, Ask>(blocks, ahead, count, n, [&](const T* row, std::size_t j) {
     __m512 v[S];
     INFERCAST_UNROLL
-    for (std::size_t s = 0; s < S; ++s) v[s] = load16(rows + j * stride + c0 + 16 * s, mask[s]);
+    for (std::size_t s = 0; s < S; ++s) v[s] = load16(row + c0 + 16 * s, mask[s]);
     INFERCAST_UNROLL
     for (int h = 0; h < H; ++h) {
       const __m512 wj = _mm512_set1_ps(w[h * w_stride + j]);
       INFERCAST_UNROLL
       for (std::size_t s = 0; s < S; ++s) acc[h][s] = _mm512_fmadd_ps(wj, v[s], acc[h][s]);
     }
-  }
+  });
   INFERCAST_UNROLL
   for (int h = 0; h < H; ++h) {
     INFERCAST_UNROLL
@@ -125,21 +127,26 @@ void axpy_pass(const float* w, std::size_t w_stride, const T* rows, std::size_t 
 }
 
 template <class T>
-void axpy_rows_heads(const float* w, std::size_t w_stride, const T* rows, std::size_t stride, std::size_t count,
-                     std::size_t heads, std::size_t n, float* y) {
+void axpy_blocks(const float* w, std::size_t w_stride, const T* const* blocks, const T* const* ahead, std::size_t count,
+                 std::size_t heads, std::size_t n, float* y) {
   // Eight heads over 32 columns where there are eight: each converted row chunk serves eight
   // FMAs instead of four, for twice the weight broadcasts; then the rest four heads at a time
-  // over 64 columns. Both keep 16 accumulators.
+  // over 64 columns. Both keep 16 accumulators. The first pass asks for the blocks ahead.
+  bool asked = false;
+  const auto pass = [&]<int H, int S>(std::size_t h, std::size_t c0) {
+    if (asked) {
+      axpy_blocks_pass<T, H, S, false>(w + h * w_stride, w_stride, blocks, ahead, count, n, c0, y + h * n);
+    } else {
+      axpy_blocks_pass<T, H, S, true>(w + h * w_stride, w_stride, blocks, ahead, count, n, c0, y + h * n);
+      asked = true;
+    }
+  };
   std::size_t h = 0;
   for (; h + 8 <= heads; h += 8) {
-    for (std::size_t c0 = 0; c0 < n; c0 += 32) {
-      axpy_pass<T, 8, 2>(w + h * w_stride, w_stride, rows, stride, count, n, c0, y + h * n);
-    }
+    for (std::size_t c0 = 0; c0 < n; c0 += 32) pass.template operator()<8, 2>(h, c0);
   }
   for (std::size_t c0 = 0; c0 < n; c0 += 64) {
-    in_head_passes(heads - h, [&]<int H>(std::size_t g) {
-      axpy_pass<T, H, 4>(w + (h + g) * w_stride, w_stride, rows, stride, count, n, c0, y + (h + g) * n);
-    });
+    in_head_passes(heads - h, [&]<int H>(std::size_t g) { pass.template operator()<H, 4>(h + g, c0); });
   }
 }
 
@@ -227,7 +234,7 @@ std::size_t argmax(const float* x, std::size_t n) {
 }
 
 const VecOps kAvx512{"avx512", dot<float>, dot<std::uint16_t>, axpy<float>, axpy<std::uint16_t>,
-    dot_keys<float>, dot_keys<std::uint16_t>, axpy_rows_heads<float>, axpy_rows_heads<std::uint16_t>,
+    dot_keys<float>, dot_keys<std::uint16_t>, axpy_blocks<float>, axpy_blocks<std::uint16_t>,
     softmax, swiglu, to_f16, argmax};
 
 }  // namespace

@@ -86,29 +86,47 @@ TEST(VecOps, KeyScoresMatchPerKeyDots) {
   }
 }
 
-// The grouped axpy against per-row calls of the same level's axpy, over block sizes around the
-// 16-position step, head sizes with tails and several heads sharing the rows.
-TEST(VecOps, RowVariantsMatchPerRowCalls) {
+// The value pass over a run of blocks against per-row calls of the same level's axpy, over
+// run lengths around the 16-position block and up to kValueChunkBlocks blocks, head sizes with
+// tails and several heads sharing the rows. Each block is an allocation of its own, as the
+// engine's pool blocks are apart, and some runs ask for blocks ahead.
+TEST(VecOps, BlockVariantsMatchPerRowCalls) {
   SeededRng rng(12);
   for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
     const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
-    for (std::size_t rows_n : {1U, 5U, 16U, 17U, 40U}) {
+    for (std::size_t count : {1U, 5U, 16U, 17U, 40U, 128U}) {
       for (std::size_t n : {33U, 64U, 80U, 128U, 300U}) {
         for (std::size_t heads : {1U, 3U, 8U, 9U, 12U}) {
-          const std::size_t stride = n + 7;
-          std::vector<float> rows(rows_n * stride), w(heads * rows_n);
-          std::vector<std::uint16_t> half_rows(rows.size());
-          for (std::size_t i = 0; i < rows.size(); ++i) half_rows[i] = fp32_to_fp16(rows[i] = rng.gaussian());
+          const std::size_t blocks = (count + kKeyBlock - 1) / kKeyBlock;
+          ASSERT_LE(blocks, kValueChunkBlocks);
+          std::vector<std::vector<float>> rows(blocks, std::vector<float>(kKeyBlock * n));
+          std::vector<std::vector<std::uint16_t>> half_rows(blocks, std::vector<std::uint16_t>(kKeyBlock * n));
+          std::vector<const float*> at32(blocks);
+          std::vector<const std::uint16_t*> at16(blocks);
+          for (std::size_t b = 0; b < blocks; ++b) {
+            for (std::size_t i = 0; i < kKeyBlock * n; ++i) half_rows[b][i] = fp32_to_fp16(rows[b][i] = rng.gaussian());
+            at32[b] = rows[b].data();
+            at16[b] = half_rows[b].data();
+          }
+          // Every other run asks for its own blocks again, ahead: only a hint, never a change.
+          const bool ask = count % 2 == 0;
+          std::vector<const float*> ahead32(blocks, nullptr);
+          std::vector<const std::uint16_t*> ahead16(blocks, nullptr);
+          if (ask) {
+            ahead32 = at32;
+            ahead16 = at16;
+          }
+          std::vector<float> w(heads * count);
           for (auto& v : w) v = rng.gaussian();
           std::vector<float> y32(heads * n, 1.0F), y16(heads * n, 1.0F), e32(heads * n, 1.0F), e16(heads * n, 1.0F);
-          ops.axpy_rows_f32(w.data(), rows_n, rows.data(), stride, rows_n, heads, n, y32.data());
-          ops.axpy_rows_f16(w.data(), rows_n, half_rows.data(), stride, rows_n, heads, n, y16.data());
-          const std::string where = std::string(ops.name) + " rows " + std::to_string(rows_n) + " n " +
+          ops.axpy_blocks_f32(w.data(), count, at32.data(), ahead32.data(), count, heads, n, y32.data());
+          ops.axpy_blocks_f16(w.data(), count, at16.data(), ahead16.data(), count, heads, n, y16.data());
+          const std::string where = std::string(ops.name) + " count " + std::to_string(count) + " n " +
                                     std::to_string(n) + " heads " + std::to_string(heads);
           for (std::size_t h = 0; h < heads; ++h) {
-            for (std::size_t j = 0; j < rows_n; ++j) {
-              ops.axpy_f32(w[h * rows_n + j], &rows[j * stride], &e32[h * n], n);
-              ops.axpy_f16(w[h * rows_n + j], &half_rows[j * stride], &e16[h * n], n);
+            for (std::size_t j = 0; j < count; ++j) {
+              ops.axpy_f32(w[h * count + j], &rows[j / kKeyBlock][j % kKeyBlock * n], &e32[h * n], n);
+              ops.axpy_f16(w[h * count + j], &half_rows[j / kKeyBlock][j % kKeyBlock * n], &e16[h * n], n);
             }
           }
           for (std::size_t i = 0; i < heads * n; ++i) {
@@ -122,8 +140,9 @@ TEST(VecOps, RowVariantsMatchPerRowCalls) {
 }
 
 // A run of a prompt's tokens attended at once gives each token the output it gets alone, bit for
-// bit: at run lengths within a block and across block boundaries, for query groups the kernels
-// take in one pass (8 heads) and in several (3), from F32 and F16 caches. Positions past the
+// bit: at run lengths within a block and across block boundaries (and across the value pass's
+// runs of blocks: 64 positions of F32, 128 of F16), for query groups the kernels take in one
+// pass (8 heads) and in several (3), from F32 and F16 caches. Positions past the
 // longest hold NaN, as a cache's unwritten tail may: they must change nothing.
 TEST(VecOps, TokenRunsMatchEachTokenAlone) {
   constexpr std::size_t kDim = 64;
@@ -131,7 +150,8 @@ TEST(VecOps, TokenRunsMatchEachTokenAlone) {
   for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
     const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
     for (const std::vector<std::size_t>& lens :
-         {std::vector<std::size_t>{1, 2, 3, 4}, {15, 16, 17, 18, 19}, {30, 31, 32, 33}, {62, 63, 64, 65, 66, 67, 68, 69}}) {
+         {std::vector<std::size_t>{1, 2, 3, 4}, {15, 16, 17, 18, 19}, {30, 31, 32, 33}, {62, 63, 64, 65, 66, 67, 68, 69},
+          {126, 127, 128, 129, 130}}) {
       for (std::size_t heads : {3U, 8U}) {
         const std::size_t tokens = lens.size();
         const std::size_t len = lens.back();
