@@ -168,26 +168,47 @@ inline __m512 exp16(__m512 x) {
   return _mm512_scalef_ps(p, k);
 }
 
+// Whole vectors two at a time, with two maxima and two sums, and the tail once under a mask:
+// each vector's exp is a chain of a dozen dependent operations, and a row is a few dozen
+// vectors, so the loop must keep several chains in flight rather than one vector's mask and
+// branch per step.
 void softmax(float* x, std::size_t n) {
   if (n == 0) return;
-  __m512 vmax = _mm512_set1_ps(-INFINITY);
-  for (std::size_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask16(n - i);
-    vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), m, x + i));
+  const std::size_t full = n / 16 * 16;
+  const __mmask16 tail = tail_mask(n - full);
+  const __m512 lowest = _mm512_set1_ps(-INFINITY);
+  __m512 max0 = lowest;
+  __m512 max1 = _mm512_mask_loadu_ps(lowest, tail, x + full);
+  std::size_t i = 0;
+  for (; i + 32 <= full; i += 32) {
+    max0 = _mm512_max_ps(max0, _mm512_loadu_ps(x + i));
+    max1 = _mm512_max_ps(max1, _mm512_loadu_ps(x + i + 16));
   }
-  const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
-  __m512 sum = _mm512_setzero_ps();
-  for (std::size_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask16(n - i);
-    const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), max));
-    _mm512_mask_storeu_ps(x + i, m, e);
-    sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(m, e));
+  if (i < full) max0 = _mm512_max_ps(max0, _mm512_loadu_ps(x + i));
+  const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(_mm512_max_ps(max0, max1)));
+  __m512 sum0 = _mm512_setzero_ps();
+  __m512 sum1 = _mm512_setzero_ps();
+  for (i = 0; i + 32 <= full; i += 32) {
+    const __m512 e0 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), max));
+    const __m512 e1 = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16), max));
+    _mm512_storeu_ps(x + i, e0);
+    _mm512_storeu_ps(x + i + 16, e1);
+    sum0 = _mm512_add_ps(sum0, e0);
+    sum1 = _mm512_add_ps(sum1, e1);
   }
-  const __m512 inv = _mm512_set1_ps(1.0F / _mm512_reduce_add_ps(sum));
-  for (std::size_t i = 0; i < n; i += 16) {
-    const __mmask16 m = tail_mask16(n - i);
-    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
+  if (i < full) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), max));
+    _mm512_storeu_ps(x + i, e);
+    sum0 = _mm512_add_ps(sum0, e);
   }
+  if (tail != 0) {
+    const __m512 e = _mm512_maskz_mov_ps(tail, exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, x + full), max)));
+    _mm512_mask_storeu_ps(x + full, tail, e);
+    sum1 = _mm512_add_ps(sum1, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0F / _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1)));
+  for (i = 0; i < full; i += 16) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+  if (tail != 0) _mm512_mask_storeu_ps(x + full, tail, _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, x + full), inv));
 }
 
 // silu(g) = g / (1 + e^-g), written with e = exp(-|g|) so the exponential stays in exp16's range:
