@@ -32,7 +32,7 @@ void axpy_f16(float a, const std::uint16_t* x, float* y, std::size_t n) {
 }
 
 const VecOps kScalar{"scalar", dot_f32, dot_f16, axpy_f32, axpy_f16,
-                     dot_keys<float, f32_value>, dot_keys<std::uint16_t, f16_value>,
+                     dot_keys_by_keys<float, f32_value>, dot_keys_by_keys<std::uint16_t, f16_value>,
                      axpy_blocks_by_rows<float, axpy_f32>, axpy_blocks_by_rows<std::uint16_t, axpy_f16>, softmax_reference,
                      swiglu_reference, to_f16_reference, argmax_reference};
 

@@ -18,20 +18,24 @@ struct VecOps {
   float (*dot_f16)(const std::uint16_t* a, const float* b, std::size_t n);
   void (*axpy_f32)(float a, const float* x, float* y, std::size_t n);           // y += a * x
   void (*axpy_f16)(float a, const std::uint16_t* x, float* y, std::size_t n);   // y += a * x
-  // Scores of the `heads` query heads that share one block of cached keys (grouped-query
-  // attention). The block holds kKeyBlock keys column by column: element i of key j is
-  // keys[i * kKeyBlock + j], so one vector load takes element i of every key and no horizontal
-  // sum is needed. All kKeyBlock columns are read; only the first `count` are stored:
-  //   out[h * out_stride + j] = scale * sum_i q[h * n + i] * keys[i * kKeyBlock + j],  j < count
-  void (*dot_keys_f32)(const float* keys, std::size_t count, const float* q, std::size_t heads, std::size_t n,
-                       float scale, float* out, std::size_t out_stride);
-  void (*dot_keys_f16)(const std::uint16_t* keys, std::size_t count, const float* q, std::size_t heads,
-                       std::size_t n, float scale, float* out, std::size_t out_stride);
-  // Over `count` positions of a run of consecutive cache blocks (position j is row j % kKeyBlock
-  // of blocks[j / kKeyBlock], a block's rows n elements apart) and the heads that share them:
+  // Attention takes its cache blocks in runs of up to kRunBlocks (run_blocks), `count`
+  // positions in all, position j in block j / kKeyBlock. While block b of a run is read, the
+  // block at ahead[b] (where not null) is asked for with the non-temporal hint: see
+  // attend_tokens.
+  //
+  // Scores of the `heads` query heads that share a run of blocks of cached keys (grouped-query
+  // attention). A block holds kKeyBlock keys column by column: element i of key j is
+  // block[i * kKeyBlock + j], so one vector load takes element i of every key and no horizontal
+  // sum is needed. All kKeyBlock columns of a block are read; only the run's positions stored:
+  //   out[h * out_stride + j] = scale * sum_i q[h * n + i] * (key j)[i],  j < count
+  void (*dot_keys_f32)(const float* const* blocks, const float* const* ahead, std::size_t count, const float* q,
+                       std::size_t heads, std::size_t n, float scale, float* out, std::size_t out_stride);
+  void (*dot_keys_f16)(const std::uint16_t* const* blocks, const std::uint16_t* const* ahead, std::size_t count,
+                       const float* q, std::size_t heads, std::size_t n, float scale, float* out,
+                       std::size_t out_stride);
+  // Over a run of blocks of cached values (position j is row j % kKeyBlock of its block, a
+  // block's rows n elements apart) and the heads that share them:
   //   y[h * n + i] += sum_j w[h * w_stride + j] * (position j's row)[i]
-  // At most kValueChunkBlocks blocks a call. While block b is read, the block at ahead[b] (where
-  // not null) is asked for with the non-temporal hint: see attend_tokens.
   void (*axpy_blocks_f32)(const float* w, std::size_t w_stride, const float* const* blocks, const float* const* ahead,
                           std::size_t count, std::size_t heads, std::size_t n, float* y);
   void (*axpy_blocks_f16)(const float* w, std::size_t w_stride, const std::uint16_t* const* blocks,
@@ -52,17 +56,18 @@ struct VecOps {
 // Positions per block of cached keys: one 512-bit vector of F32 scores.
 inline constexpr std::size_t kKeyBlock = 16;
 // How many blocks ahead attention asks for keys (in the score pass) and values (in the value
-// pass). Each is asked for with the non-temporal hint, just before its one use: see
-// attend_tokens.
+// pass). Each is asked for with the non-temporal hint, a row at a time while the kernels read
+// the block that many before it: see attend_tokens.
 inline constexpr std::size_t kKeyPrefetchBlocks = 2;
 inline constexpr std::size_t kValuePrefetchBlocks = 4;
-// The value pass takes up to this many blocks a call, and no more than kValueChunkBytes of
-// values (value_chunk_blocks): the vector kernels keep a head group's sums in registers over
-// the whole run, and read its rows once per group of columns, from L1 after the first.
-inline constexpr std::size_t kValueChunkBlocks = 8;
-inline constexpr std::size_t kValueChunkBytes = std::size_t{16} << 10;
-inline std::size_t value_chunk_blocks(std::size_t n, std::size_t element_bytes) {
-  return std::clamp<std::size_t>(kValueChunkBytes / (kKeyBlock * n * element_bytes), 1, kValueChunkBlocks);
+// Attention's passes take up to this many blocks a call, and no more than kRunBytes of keys
+// or values (run_blocks): a run is read once per group of heads (and in the value pass per
+// group of columns), from L1 after the first; the value kernels keep a head group's sums in
+// registers over the whole run, the score kernels take its blocks in pairs.
+inline constexpr std::size_t kRunBlocks = 8;
+inline constexpr std::size_t kRunBytes = std::size_t{16} << 10;
+inline std::size_t run_blocks(std::size_t n, std::size_t element_bytes) {
+  return std::clamp<std::size_t>(kRunBytes / (kKeyBlock * n * element_bytes), 1, kRunBlocks);
 }
 
 // step(row, j) for each position j of a run of blocks (the value pass's, see axpy_blocks_f32),
@@ -87,6 +92,16 @@ inline void for_each_position(const T* const* blocks, const T* const* ahead, std
   }
 }
 
+// Asks (with the non-temporal hint) for element rows [i, i + rows) of the key block at
+// `ahead`, where not null: the score kernels spread a block's request over the element rows of
+// the block they read meanwhile.
+template <class T>
+inline void ask_for_key_rows(const T* ahead, std::size_t i, std::size_t rows) {
+  if (ahead == nullptr) return;
+  const auto* p = reinterpret_cast<const char*>(ahead + i * kKeyBlock);
+  for (std::size_t at = 0; at < rows * kKeyBlock * sizeof(T); at += 64) __builtin_prefetch(p + at, 0, 0);
+}
+
 // pass.template operator()<H>(h) over the heads in passes of four, then one pass of the three,
 // two or one left: the vector kernels keep H heads' accumulators in registers.
 template <class Pass>
@@ -104,12 +119,13 @@ void in_head_passes(std::size_t heads, Pass&& pass) {
 // The column-layout scores and the value pass over blocks in plain loops; each ISA file
 // instantiates them with its own element conversion and inlined axpy.
 template <class T, float (*ToFloat)(T)>
-void dot_keys(const T* keys, std::size_t count, const float* q, std::size_t heads, std::size_t n, float scale,
-              float* out, std::size_t out_stride) {
+void dot_keys_by_keys(const T* const* blocks, const T* const* /*ahead*/, std::size_t count, const float* q,
+                      std::size_t heads, std::size_t n, float scale, float* out, std::size_t out_stride) {
   for (std::size_t h = 0; h < heads; ++h) {
     for (std::size_t j = 0; j < count; ++j) {
+      const T* keys = blocks[j / kKeyBlock] + j % kKeyBlock;
       float s = 0;
-      for (std::size_t i = 0; i < n; ++i) s += q[h * n + i] * ToFloat(keys[i * kKeyBlock + j]);
+      for (std::size_t i = 0; i < n; ++i) s += q[h * n + i] * ToFloat(keys[i * kKeyBlock]);
       out[h * out_stride + j] = scale * s;
     }
   }
@@ -166,26 +182,35 @@ void attend_tokens(const VecOps& ops, const float* q, std::size_t tokens, std::s
   // way the task took 0.5-0.65x the time at 2048 positions and 0.6-0.8x at 512, and within
   // 1.2x of the task from cache (`attention_dram` against `attention` in
   // bench/bench_kernels.cpp, docs/PERFORMANCE.md, thirty-seventh session).
-  for (std::size_t j0 = 0; j0 < len; j0 += kKeyBlock) {
-    const std::size_t count = std::min(kKeyBlock, len - j0);
-    // The value pass asks for none of the first kValuePrefetchBlocks blocks: they are asked
-    // for here, into L2, to be there after the softmax. A short task (a few blocks, as most
-    // are early in a decode) has no other.
-    if (j0 < kValuePrefetchBlocks * kKeyBlock) {
-      const auto* values = reinterpret_cast<const char*>(value_block(j0 / kKeyBlock));
-      for (std::size_t at = 0; at < count * n * sizeof(T); at += 64) __builtin_prefetch(values + at, 0, 2);
+  const std::size_t blocks = (len + kKeyBlock - 1) / kKeyBlock;
+  const std::size_t run = run_blocks(n, sizeof(T));
+  const T* in_run[kRunBlocks];
+  const T* ahead[kRunBlocks];
+  // The first kValuePrefetchBlocks blocks' keys go two blocks a call (the score kernels' pair),
+  // each call's values asked for before it, into L2, to be there after the softmax: the value
+  // pass asks for none of these, and a short task (a few blocks, as most are early in a
+  // decode) has no other. Then runs of blocks.
+  for (std::size_t b0 = 0; b0 < blocks;) {
+    const std::size_t step = b0 < kValuePrefetchBlocks ? 2 : run;
+    const std::size_t in_call = std::min(step, blocks - b0);
+    for (std::size_t b = 0; b < in_call; ++b) {
+      if (b0 + b < kValuePrefetchBlocks) {
+        const auto* values = reinterpret_cast<const char*>(value_block(b0 + b));
+        const std::size_t bytes = std::min(kKeyBlock, len - (b0 + b) * kKeyBlock) * n * sizeof(T);
+        for (std::size_t at = 0; at < bytes; at += 64) __builtin_prefetch(values + at, 0, 2);
+      }
+      in_run[b] = key_block(b0 + b);
+      ahead[b] = b0 + b + kKeyPrefetchBlocks < blocks ? key_block(b0 + b + kKeyPrefetchBlocks) : nullptr;
     }
+    const std::size_t j0 = b0 * kKeyBlock;
+    const std::size_t count = std::min(in_call * kKeyBlock, len - j0);
     // All query heads of the group in one call: each key is loaded once for all of them.
-    const T* keys = key_block(j0 / kKeyBlock);
-    if (j0 + kKeyPrefetchBlocks * kKeyBlock < len) {
-      const auto* next_keys = reinterpret_cast<const char*>(key_block(j0 / kKeyBlock + kKeyPrefetchBlocks));
-      for (std::size_t at = 0; at < kKeyBlock * n * sizeof(T); at += 64) __builtin_prefetch(next_keys + at, 0, 0);
-    }
     if constexpr (kF32) {
-      ops.dot_keys_f32(keys, count, q, rows, n, scale, scores + j0, len);
+      ops.dot_keys_f32(in_run, ahead, count, q, rows, n, scale, scores + j0, len);
     } else {
-      ops.dot_keys_f16(keys, count, q, rows, n, scale, scores + j0, len);
+      ops.dot_keys_f16(in_run, ahead, count, q, rows, n, scale, scores + j0, len);
     }
+    b0 += in_call;
   }
   for (std::size_t r = 0; r < rows; ++r) {
     float* row = scores + r * len;
@@ -204,22 +229,18 @@ void attend_tokens(const VecOps& ops, const float* q, std::size_t tokens, std::s
   std::fill(out, out + rows * n, 0.0F);
   // The values in runs of blocks, each block's lines asked for kValuePrefetchBlocks blocks ahead
   // of its use (the first ones were asked for in the score pass).
-  const std::size_t chunk = value_chunk_blocks(n, sizeof(T));
-  const std::size_t blocks = (len + kKeyBlock - 1) / kKeyBlock;
-  for (std::size_t b0 = 0; b0 < blocks; b0 += chunk) {
-    const std::size_t in_chunk = std::min(chunk, blocks - b0);
-    const T* values[kValueChunkBlocks];
-    const T* ahead[kValueChunkBlocks];
-    for (std::size_t b = 0; b < in_chunk; ++b) {
-      values[b] = value_block(b0 + b);
+  for (std::size_t b0 = 0; b0 < blocks; b0 += run) {
+    const std::size_t in_call = std::min(run, blocks - b0);
+    for (std::size_t b = 0; b < in_call; ++b) {
+      in_run[b] = value_block(b0 + b);
       ahead[b] = b0 + b + kValuePrefetchBlocks < blocks ? value_block(b0 + b + kValuePrefetchBlocks) : nullptr;
     }
     const std::size_t j0 = b0 * kKeyBlock;
-    const std::size_t count = std::min(in_chunk * kKeyBlock, len - j0);
+    const std::size_t count = std::min(in_call * kKeyBlock, len - j0);
     if constexpr (kF32) {
-      ops.axpy_blocks_f32(scores + j0, len, values, ahead, count, rows, n, out);
+      ops.axpy_blocks_f32(scores + j0, len, in_run, ahead, count, rows, n, out);
     } else {
-      ops.axpy_blocks_f16(scores + j0, len, values, ahead, count, rows, n, out);
+      ops.axpy_blocks_f16(scores + j0, len, in_run, ahead, count, rows, n, out);
     }
   }
 }

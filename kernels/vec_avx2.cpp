@@ -81,14 +81,19 @@ INFERCAST_INLINE void dot_keys_pass(const T* keys, std::size_t count, const floa
   }
 }
 
+// A run's blocks one at a time, each block ahead asked for whole before the block is read.
 template <class T>
-void dot_keys(const T* keys, std::size_t count, const float* q, std::size_t heads, std::size_t n, float scale,
-              float* out, std::size_t out_stride) {
+void dot_keys(const T* const* blocks, const T* const* ahead, std::size_t count, const float* q, std::size_t heads,
+              std::size_t n, float scale, float* out, std::size_t out_stride) {
   static_assert(kKeyBlock == 16);
   const __m256 vscale = _mm256_set1_ps(scale);
-  in_head_passes(heads, [&]<int H>(std::size_t h) {
-    dot_keys_pass<T, H>(keys, count, q + h * n, n, vscale, out + h * out_stride, out_stride);
-  });
+  for (std::size_t j0 = 0, b = 0; j0 < count; j0 += kKeyBlock, ++b) {
+    ask_for_key_rows(ahead[b], 0, n);
+    const std::size_t in_block = std::min(kKeyBlock, count - j0);
+    in_head_passes(heads, [&]<int H>(std::size_t h) {
+      dot_keys_pass<T, H>(blocks[b], in_block, q + h * n, n, vscale, out + h * out_stride + j0, out_stride);
+    });
+  }
 }
 
 // y_h += sum_j w_h[j] x (position j's row) for H heads over 32 columns from c0, over a run of

@@ -40,31 +40,47 @@ TEST(VecOps, EveryLevelMatchesScalar) {
   }
 }
 
-// Scores over a block of keys in the column layout against the same level's dot product of each
-// key gathered into a row, for every head count the kernels split into passes and head sizes
-// with odd tails. The columns past `count` hold NaN: they are read, and must change nothing.
+// Scores over a run of key blocks in the column layout against the same level's dot product of
+// each key gathered into a row, for every head count the kernels split into passes, head sizes
+// with odd tails, and runs of one block, of pairs and of an odd block after pairs. The columns
+// past `count` hold NaN: they are read, and must change nothing. Each block is an allocation of
+// its own, and every other run asks for its blocks again, ahead: only a hint, never a change.
 TEST(VecOps, KeyScoresMatchPerKeyDots) {
   SeededRng rng(13);
   for (int l = 0; l <= static_cast<int>(max_supported_level(host_cpu())); ++l) {
     const VecOps& ops = vec_ops(static_cast<IsaLevel>(l));
-    for (std::size_t count : {1U, 5U, 15U, 16U}) {
+    for (std::size_t count : {1U, 5U, 15U, 16U, 17U, 32U, 40U, 128U}) {
       for (std::size_t n : {1U, 7U, 33U, 64U, 128U, 300U}) {
         for (std::size_t heads : {1U, 2U, 3U, 4U, 5U, 8U, 9U, 12U}) {
-          std::vector<float> keys(n * kKeyBlock, std::nanf("")), q(heads * n);
-          std::vector<std::uint16_t> half_keys(keys.size(), 0x7E00);  // F16 NaN
+          const std::size_t blocks = (count + kKeyBlock - 1) / kKeyBlock;
+          ASSERT_LE(blocks, kRunBlocks);
+          std::vector<std::vector<float>> keys(blocks, std::vector<float>(n * kKeyBlock, std::nanf("")));
+          std::vector<std::vector<std::uint16_t>> half_keys(blocks, std::vector<std::uint16_t>(n * kKeyBlock, 0x7E00));
           std::vector<std::vector<float>> key_rows(count, std::vector<float>(n));
           std::vector<std::vector<std::uint16_t>> half_rows(count, std::vector<std::uint16_t>(n));
           for (std::size_t j = 0; j < count; ++j) {
             for (std::size_t i = 0; i < n; ++i) {
-              keys[i * kKeyBlock + j] = key_rows[j][i] = rng.gaussian();
-              half_keys[i * kKeyBlock + j] = half_rows[j][i] = fp32_to_fp16(key_rows[j][i]);
+              const std::size_t at = i * kKeyBlock + j % kKeyBlock;
+              keys[j / kKeyBlock][at] = key_rows[j][i] = rng.gaussian();
+              half_keys[j / kKeyBlock][at] = half_rows[j][i] = fp32_to_fp16(key_rows[j][i]);
             }
           }
+          std::vector<const float*> at32(blocks), ahead32(blocks, nullptr);
+          std::vector<const std::uint16_t*> at16(blocks), ahead16(blocks, nullptr);
+          for (std::size_t b = 0; b < blocks; ++b) {
+            at32[b] = keys[b].data();
+            at16[b] = half_keys[b].data();
+          }
+          if (count % 2 == 0) {
+            ahead32 = at32;
+            ahead16 = at16;
+          }
+          std::vector<float> q(heads * n);
           for (auto& v : q) v = rng.gaussian();
-          const std::size_t out_stride = 20;  // rows of scores wider than a block, as in attention
+          const std::size_t out_stride = count + 4;  // rows of scores wider than the run, as in attention
           std::vector<float> out32(heads * out_stride, -7.0F), out16(heads * out_stride, -7.0F);
-          ops.dot_keys_f32(keys.data(), count, q.data(), heads, n, 0.5F, out32.data(), out_stride);
-          ops.dot_keys_f16(half_keys.data(), count, q.data(), heads, n, 0.5F, out16.data(), out_stride);
+          ops.dot_keys_f32(at32.data(), ahead32.data(), count, q.data(), heads, n, 0.5F, out32.data(), out_stride);
+          ops.dot_keys_f16(at16.data(), ahead16.data(), count, q.data(), heads, n, 0.5F, out16.data(), out_stride);
           const std::string where = std::string(ops.name) + " count " + std::to_string(count) + " n " +
                                     std::to_string(n) + " heads " + std::to_string(heads);
           // Sums run in another order than one dot product's: a few ulp of the magnitude.
@@ -87,7 +103,7 @@ TEST(VecOps, KeyScoresMatchPerKeyDots) {
 }
 
 // The value pass over a run of blocks against per-row calls of the same level's axpy, over
-// run lengths around the 16-position block and up to kValueChunkBlocks blocks, head sizes with
+// run lengths around the 16-position block and up to kRunBlocks blocks, head sizes with
 // tails and several heads sharing the rows. Each block is an allocation of its own, as the
 // engine's pool blocks are apart, and some runs ask for blocks ahead.
 TEST(VecOps, BlockVariantsMatchPerRowCalls) {
@@ -98,7 +114,7 @@ TEST(VecOps, BlockVariantsMatchPerRowCalls) {
       for (std::size_t n : {33U, 64U, 80U, 128U, 300U}) {
         for (std::size_t heads : {1U, 3U, 8U, 9U, 12U}) {
           const std::size_t blocks = (count + kKeyBlock - 1) / kKeyBlock;
-          ASSERT_LE(blocks, kValueChunkBlocks);
+          ASSERT_LE(blocks, kRunBlocks);
           std::vector<std::vector<float>> rows(blocks, std::vector<float>(kKeyBlock * n));
           std::vector<std::vector<std::uint16_t>> half_rows(blocks, std::vector<std::uint16_t>(kKeyBlock * n));
           std::vector<const float*> at32(blocks);
