@@ -6,7 +6,8 @@
 // cycles through weights far larger than the last-level cache. Also one attention task per ISA
 // level (the vector primitives of kernels/vec.h on one thread, cache-resident): what a decode
 // step pays per KV head and token once the cache lines have arrived; and that task with its
-// keys and values in DRAM (`attention_dram/...`), what it pays when they have not. And the AMX
+// keys and values in DRAM (`attention_dram/...`, each task's blocks one after another, and
+// `attention_scattered/...`, every block apart), what it pays when they have not. And the AMX
 // kernels' decode of a 16-row group into tile rows from each layout (`amx_decode/...`, one
 // core, in cache): plain AVX-512, so any AVX-512 machine measures what an AMX machine pays for
 // it. And the activation quantizers (`quantize_act/...`, one core, in cache): a GEMV quantizes
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -102,7 +104,13 @@ void run_gemm(benchmark::State& state, GgmlType type, IsaLevel level, WeightLayo
 // to the next, as a decode's tasks do (each sequence at its own position, each step one further):
 // a task of one fixed length lets the branch predictor learn every loop of it, and its last block
 // is always full.
-void run_attention(benchmark::State& state, IsaLevel level, std::size_t len, std::size_t footprint = 0, std::size_t longest = 0) {
+//
+// A task's blocks lie one after another, as a prompt's do in the engine's pool (a run of blocks
+// per layer and KV head), unless `scattered`: then every block of every task has its own place
+// in the footprint, as the blocks a decode adds do when many sequences grow at once, and the
+// core's stream prefetchers see no run.
+void run_attention(benchmark::State& state, IsaLevel level, std::size_t len, std::size_t footprint = 0, std::size_t longest = 0,
+                   bool scattered = false) {
   const VecOps& ops = vec_ops(level);
   constexpr std::size_t kHeads = 8;
   constexpr std::size_t kDim = 64;
@@ -119,20 +127,28 @@ void run_attention(benchmark::State& state, IsaLevel level, std::size_t len, std
     keys[i] = fp32_to_fp16(0.01F * static_cast<float>(i % 97) - 0.5F);
     values[i] = fp32_to_fp16(0.02F * static_cast<float>(i % 89) - 0.9F);
   }
+  // Block b of task t is keys (or values) slot place[2 t blocks + b] (or + blocks).
+  std::vector<std::size_t> place(2 * tasks * blocks);
+  for (std::size_t t = 0; t < tasks; ++t) {
+    for (std::size_t b = 0; b < blocks; ++b) {
+      place[2 * t * blocks + b] = t * blocks + b;
+      place[2 * t * blocks + blocks + b] = (tasks + t) * blocks + b;
+    }
+  }
+  if (scattered) std::shuffle(place.begin(), place.end(), std::mt19937_64(5));
   std::vector<float> q(kHeads * kDim, 0.03F), scores(kHeads * len), out(kHeads * kDim);
   std::size_t task = 0;
   std::size_t step = 0;
   double positions = 0;
   for (auto _ : state) {
-    const std::uint16_t* k = keys + task * per_task;
-    const std::uint16_t* v = values + task * per_task;
+    const std::size_t* at = &place[2 * task * blocks];
     // 37 is prime to every range used here: each length once per `lengths` iterations, in a
     // scrambled order.
     const std::size_t now = shortest + (step * 37) % lengths;
     positions += static_cast<double>(now);
     attend<std::uint16_t>(
-        ops, q.data(), kHeads, kDim, now, 0.125F, [k](std::size_t b) { return k + b * kKeyBlock * kDim; },
-        [v](std::size_t b) { return v + b * kKeyBlock * kDim; }, scores.data(), out.data());
+        ops, q.data(), kHeads, kDim, now, 0.125F, [keys, at](std::size_t b) { return keys + at[b] * kKeyBlock * kDim; },
+        [keys, at, blocks](std::size_t b) { return keys + at[blocks + b] * kKeyBlock * kDim; }, scores.data(), out.data());
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
     task = task + 1 == tasks ? 0 : task + 1;
@@ -298,6 +314,9 @@ void register_all() {
   for (std::size_t len : {48, 512, 2048}) {
     benchmark::RegisterBenchmark(fmt::format("attention_dram/{}/positions:{}", to_string(max_supported_level(host_cpu())), len).c_str(),
                                  [=](benchmark::State& s) { run_attention(s, max_supported_level(host_cpu()), len, std::size_t{1} << 30); })
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(fmt::format("attention_scattered/{}/positions:{}", to_string(max_supported_level(host_cpu())), len).c_str(),
+                                 [=](benchmark::State& s) { run_attention(s, max_supported_level(host_cpu()), len, std::size_t{1} << 30, 0, true); })
         ->Unit(benchmark::kMicrosecond);
   }
   benchmark::RegisterBenchmark("rms_norm/n:2048", [](benchmark::State& s) { run_rms_norm(s, 2048); })->Unit(benchmark::kNanosecond);
