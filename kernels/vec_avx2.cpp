@@ -175,26 +175,47 @@ float hmax(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// As vec_avx512.cpp's softmax: whole vectors two at a time, with two maxima and two sums, and
+// the tail once under a mask. The loop with a vmaskmov load and store per vector and one sum
+// took 1.25-1.65x the time (eight rows of 48-2048, in one process, Zen 5).
 void softmax(float* x, std::size_t n) {
   if (n == 0) return;
-  __m256 vmax = _mm256_set1_ps(-INFINITY);
-  for (std::size_t i = 0; i < n; i += 8) {
-    const __m256i m = tail_mask8(n - i);
-    vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_maskload_ps(x + i, m), _mm256_castsi256_ps(m)));
+  const std::size_t full = n / 8 * 8;
+  const __m256i tail = tail_mask8(n - full);
+  const __m256 tail_lanes = _mm256_castsi256_ps(tail);
+  const __m256 lowest = _mm256_set1_ps(-INFINITY);
+  __m256 max0 = lowest;
+  __m256 max1 = _mm256_blendv_ps(lowest, _mm256_maskload_ps(x + full, tail), tail_lanes);
+  std::size_t i = 0;
+  for (; i + 16 <= full; i += 16) {
+    max0 = _mm256_max_ps(max0, _mm256_loadu_ps(x + i));
+    max1 = _mm256_max_ps(max1, _mm256_loadu_ps(x + i + 8));
   }
-  const __m256 max = _mm256_set1_ps(hmax(vmax));
-  __m256 sum = _mm256_setzero_ps();
-  for (std::size_t i = 0; i < n; i += 8) {
-    const __m256i m = tail_mask8(n - i);
-    const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, m), max)), _mm256_castsi256_ps(m));
-    _mm256_maskstore_ps(x + i, m, e);
-    sum = _mm256_add_ps(sum, e);
+  if (i < full) max0 = _mm256_max_ps(max0, _mm256_loadu_ps(x + i));
+  const __m256 max = _mm256_set1_ps(hmax(_mm256_max_ps(max0, max1)));
+  __m256 sum0 = _mm256_setzero_ps();
+  __m256 sum1 = _mm256_setzero_ps();
+  for (i = 0; i + 16 <= full; i += 16) {
+    const __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), max));
+    const __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), max));
+    _mm256_storeu_ps(x + i, e0);
+    _mm256_storeu_ps(x + i + 8, e1);
+    sum0 = _mm256_add_ps(sum0, e0);
+    sum1 = _mm256_add_ps(sum1, e1);
   }
-  const __m256 inv = _mm256_set1_ps(1.0F / hsum(sum));
-  for (std::size_t i = 0; i < n; i += 8) {
-    const __m256i m = tail_mask8(n - i);
-    _mm256_maskstore_ps(x + i, m, _mm256_mul_ps(_mm256_maskload_ps(x + i, m), inv));
+  if (i < full) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), max));
+    _mm256_storeu_ps(x + i, e);
+    sum0 = _mm256_add_ps(sum0, e);
   }
+  if (full < n) {
+    const __m256 e = _mm256_and_ps(exp8(_mm256_sub_ps(_mm256_maskload_ps(x + full, tail), max)), tail_lanes);
+    _mm256_maskstore_ps(x + full, tail, e);
+    sum1 = _mm256_add_ps(sum1, e);
+  }
+  const __m256 inv = _mm256_set1_ps(1.0F / hsum(_mm256_add_ps(sum0, sum1)));
+  for (i = 0; i < full; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+  if (full < n) _mm256_maskstore_ps(x + full, tail, _mm256_mul_ps(_mm256_maskload_ps(x + full, tail), inv));
 }
 
 // silu(g) = g / (1 + e^-g) with e = exp(-|g|), as vec_avx512.cpp's swiglu: g / (1 + e) for
