@@ -79,8 +79,9 @@ INFERCAST_INLINE void dot_keys_pass(const T* keys, __mmask16 stored, const T* ah
 // broadcast into a register once for both blocks, where the one-block pass takes it from
 // memory for each FMA (its loads, not its FMAs, bound that pass: 18 per 16 FMAs, here 12). The
 // chains are dot_keys_pass's, two per head and block, so a block's scores are bit for bit the
-// same in a pair and alone. Two blocks of one pass as dot_keys_pass<8> would take them: 0.79x
-// the time at 512 positions, 0.85x at 48-79 (in one process, alternated; Zen 5).
+// same in a pair and alone. Against one-block passes of eight heads (the kernel before): 0.79x
+// the time at 512 positions, 0.84-0.89x at 48-79 (the scores alone, in cache, in one process,
+// alternated; Zen 5).
 template <class T, int H, bool Ask>
 INFERCAST_INLINE void dot_keys_pair_pass(const T* const (&keys)[2], __mmask16 stored, const T* const (&ahead)[2],
                                          const float* q, std::size_t n, __m512 scale, float* out,
