@@ -138,18 +138,18 @@ void dot_keys(const T* const* blocks, const T* const* ahead, std::size_t count, 
               std::size_t n, float scale, float* out, std::size_t out_stride) {
   static_assert(kKeyBlock == 16);
   const __m512 vscale = _mm512_set1_ps(scale);
-  const std::size_t in_run = (count + kKeyBlock - 1) / kKeyBlock;
+  const std::size_t blocks_in_run = (count + kKeyBlock - 1) / kKeyBlock;
   const auto pass = [&]<int H, bool Ask>(std::size_t h) {
     const float* qh = q + h * n;
     float* oh = out + h * out_stride;
     std::size_t b = 0;
-    for (; b + 2 <= in_run; b += 2) {
+    for (; b + 2 <= blocks_in_run; b += 2) {
       const T* const pair[2] = {blocks[b], blocks[b + 1]};
       const T* const asked[2] = {Ask ? ahead[b] : nullptr, Ask ? ahead[b + 1] : nullptr};
       dot_keys_pair_pass<T, H, Ask>(pair, tail_mask16(count - (b + 1) * kKeyBlock), asked, qh, n, vscale,
                                     oh + b * kKeyBlock, out_stride);
     }
-    if (b < in_run) {
+    if (b < blocks_in_run) {
       dot_keys_pass<T, H, Ask>(blocks[b], tail_mask16(count - b * kKeyBlock), Ask ? ahead[b] : nullptr, qh, n, vscale,
                                oh + b * kKeyBlock, out_stride);
     }
