@@ -70,6 +70,13 @@ inline std::size_t run_blocks(std::size_t n, std::size_t element_bytes) {
   return std::clamp<std::size_t>(kRunBytes / (kKeyBlock * n * element_bytes), 1, kRunBlocks);
 }
 
+// Asks (with the non-temporal hint) for the lines of `bytes` from p, where p is not null: the
+// kernels' requests for the blocks ahead (for_each_position, ask_for_key_rows).
+inline void ask_for_lines(const void* p, std::size_t bytes) {
+  if (p == nullptr) return;
+  for (std::size_t at = 0; at < bytes; at += 64) __builtin_prefetch(static_cast<const char*>(p) + at, 0, 0);
+}
+
 // step(row, j) for each position j of a run of blocks (the value pass's, see axpy_blocks_f32),
 // row pointing at its n elements. With Ask, the same row of block ahead[b] is asked for (with the
 // non-temporal hint) just before, where ahead[b] is not null: a block's lines spread over the
@@ -79,14 +86,10 @@ inline void for_each_position(const T* const* blocks, const T* const* ahead, std
                               Step&& step) {
   const std::size_t row_bytes = n * sizeof(T);
   for (std::size_t j0 = 0, b = 0; j0 < count; j0 += kKeyBlock, ++b) {
-    const auto* next = Ask ? reinterpret_cast<const char*>(ahead[b]) : nullptr;
+    const T* next = Ask ? ahead[b] : nullptr;
     const std::size_t in_block = std::min(kKeyBlock, count - j0);
     for (std::size_t j = 0; j < in_block; ++j) {
-      if constexpr (Ask) {
-        if (next != nullptr) {
-          for (std::size_t at = 0; at < row_bytes; at += 64) __builtin_prefetch(next + j * row_bytes + at, 0, 0);
-        }
-      }
+      if constexpr (Ask) ask_for_lines(next == nullptr ? nullptr : next + j * n, row_bytes);
       step(blocks[b] + j * n, j0 + j);
     }
   }
@@ -97,9 +100,7 @@ inline void for_each_position(const T* const* blocks, const T* const* ahead, std
 // the block they read meanwhile.
 template <class T>
 inline void ask_for_key_rows(const T* ahead, std::size_t i, std::size_t rows) {
-  if (ahead == nullptr) return;
-  const auto* p = reinterpret_cast<const char*>(ahead + i * kKeyBlock);
-  for (std::size_t at = 0; at < rows * kKeyBlock * sizeof(T); at += 64) __builtin_prefetch(p + at, 0, 0);
+  ask_for_lines(ahead == nullptr ? nullptr : ahead + i * kKeyBlock, rows * kKeyBlock * sizeof(T));
 }
 
 // pass.template operator()<H>(h) over the heads in passes of four, then one pass of the three,
