@@ -210,14 +210,17 @@ void int8_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8
   const std::size_t nsub = c.cols / S;
   const Int8Scratch s = int8_scratch<W>(scratch, c.cols);
   TileConfig cfg;
-  // Two sets of {C, A, B} tiles, (0,1,2) and (3,4,5), used by alternate sub-blocks.
+  // Four C tiles (0-3) and two sets of A and B tiles ({4, 6}, {5, 7}): sub-block j multiplies
+  // into C tile j % 4 from set j % 2.
+  for (int t = 0; t < 4; ++t) {
+    cfg.rows[t] = kTile;  // C: 16 weight rows x 16 int32
+    cfg.colsb[t] = 64;
+  }
   for (int set = 0; set < 2; ++set) {
-    cfg.rows[3 * set] = kTile;  // C: 16 weight rows x 16 int32
-    cfg.colsb[3 * set] = 64;
-    cfg.rows[3 * set + 1] = kTile;  // A: 16 weight rows x S bytes
-    cfg.colsb[3 * set + 1] = S;
-    cfg.rows[3 * set + 2] = S / 4;  // B: S/4 rows x 16 activations x 4 bytes
-    cfg.colsb[3 * set + 2] = 64;
+    cfg.rows[4 + set] = kTile;  // A: 16 weight rows x S bytes
+    cfg.colsb[4 + set] = S;
+    cfg.rows[6 + set] = S / 4;  // B: S/4 rows x 16 activations x 4 bytes
+    cfg.colsb[6 + set] = 64;
   }
   TileSession session(cfg);
   auto* const out = reinterpret_cast<std::int32_t*>(s.tile_out);
@@ -234,33 +237,37 @@ void int8_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8
       const float* xs = xd + nsub * kTile;
       __m512 acc[kTile];
       for (auto& a : acc) a = _mm512_setzero_ps();
-      // Two tile sets alternate: the product of sub-block j+1 is issued before the result of j is
-      // stored, so the tile store never waits for the multiply just issued and the AVX-512
-      // scaling of j overlaps the multiply of j+1.
+      // Tile registers are not renamed and a tile product's result arrives tens of cycles after
+      // it is issued, so the sub-blocks run as a pipeline: at step j the product of j + 3 is
+      // issued, the result of j + 1 (issued two steps before) is stored, and j's stored result
+      // (one step before) is scaled on the vector units. No instruction then waits on the one
+      // just before it: a product reuses the A and B tiles of the product two steps back, and
+      // the C tile of the one four steps back, stored three steps back.
       const auto multiply = [&](std::size_t j) {
-        if (j % 2 == 0) {
-          _tile_zero(0);
-          _tile_loadd(1, s.q + j * S, static_cast<long>(s.ldq));
-          _tile_loadd(2, base + j * S * kTile, 64);
-          _tile_dpbssd(0, 1, 2);
-        } else {
-          _tile_zero(3);
-          _tile_loadd(4, s.q + j * S, static_cast<long>(s.ldq));
-          _tile_loadd(5, base + j * S * kTile, 64);
-          _tile_dpbssd(3, 4, 5);
+        const std::int8_t* a = s.q + j * S;
+        const std::uint8_t* b = base + j * S * kTile;
+        const auto lda = static_cast<long>(s.ldq);
+        switch (j % 4) {
+          case 0: _tile_zero(0); _tile_loadd(4, a, lda); _tile_loadd(6, b, 64); _tile_dpbssd(0, 4, 6); break;
+          case 1: _tile_zero(1); _tile_loadd(5, a, lda); _tile_loadd(7, b, 64); _tile_dpbssd(1, 5, 7); break;
+          case 2: _tile_zero(2); _tile_loadd(4, a, lda); _tile_loadd(6, b, 64); _tile_dpbssd(2, 4, 6); break;
+          default: _tile_zero(3); _tile_loadd(5, a, lda); _tile_loadd(7, b, 64); _tile_dpbssd(3, 5, 7); break;
         }
       };
       const auto store = [&](std::size_t j) {
-        if (j % 2 == 0) {
-          _tile_stored(0, out, 64);
-        } else {
-          _tile_stored(3, out + 256, 64);
+        std::int32_t* dst = out + (j % 2) * 256;
+        switch (j % 4) {
+          case 0: _tile_stored(0, dst, 64); break;
+          case 1: _tile_stored(1, dst, 64); break;
+          case 2: _tile_stored(2, dst, 64); break;
+          default: _tile_stored(3, dst, 64); break;
         }
       };
-      multiply(0);
+      for (std::size_t j = 0; j < std::min<std::size_t>(3, nsub); ++j) multiply(j);
+      store(0);
       for (std::size_t j = 0; j < nsub; ++j) {
-        if (j + 1 < nsub) multiply(j + 1);
-        store(j);
+        if (j + 3 < nsub) multiply(j + 3);
+        if (j + 1 < nsub) store(j + 1);
         prefetch.step();
         const std::int32_t* tile = out + (j % 2) * 256;
         const __m512 xdv = _mm512_load_ps(xd + j * kTile);
