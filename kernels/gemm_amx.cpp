@@ -12,7 +12,7 @@
 // (amx_bf16_min_batch): 32 weight rows are copied, converted or decoded (scales applied) to bf16
 // scratch, and a 2x2 block of float accumulator tiles runs over K with no per-block work at all.
 // Activations are packed to bf16 once per call and taken in blocks that stay in L2; a block
-// format's rows are decoded again for each block, which batches of 128 and more amortize.
+// format's rows are decoded again for each block (once per call up to a block of activations).
 #include <immintrin.h>
 
 #include <algorithm>

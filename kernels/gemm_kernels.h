@@ -94,17 +94,22 @@ inline constexpr std::size_t kBf16PanelMinBatch = 16;
 inline constexpr std::size_t kFloatPanelMinBatch = 16;
 inline constexpr std::size_t kWidenedPanelMinBatch = 32;
 // From this batch on, a block format is decoded to bf16 once per block of activation rows and
-// multiplied on BF16 tiles, instead of on INT8 tiles with an AVX-512 rescale per sub-block. The
-// crossover measured on 4096x4096, 2 threads (docs/PERFORMANCE.md): Q6_K, whose 16-weight
-// sub-blocks make INT8 tiles rescale twice as often, gains from 32; the others tie at 64 and gain
-// from 128. F16/BF16 always use BF16 tiles.
-inline std::size_t amx_bf16_min_batch(GgmlType type) { return type == GgmlType::q6_k ? 32 : 128; }
+// multiplied on BF16 tiles, instead of on INT8 tiles with an AVX-512 rescale per sub-block.
+// Measured on 4096x4096, 2 threads, weights from DRAM (docs/PERFORMANCE.md, forty-sixth session,
+// a 2-core Xeon with AMX): the K-quants and Q6_K, whose INT8 tiles rescale with an offset or
+// twice as often, gain from the first batch AMX takes (1.25x Q4_K at 32 over INT8 tiles); the
+// 32-weight formats tie at 32 and gain at 64 (Q8_0 1.09x, Q4_0 1.23x). On the first sessions'
+// Xeon they tied at 64. F16/BF16 always use BF16 tiles.
+inline std::size_t amx_bf16_min_batch(GgmlType type) {
+  return type == GgmlType::q4_k || type == GgmlType::q5_k || type == GgmlType::q6_k ? 16 : 64;
+}
 // Interleaved weights at the AMX level stay on the interleaved AVX-512 kernels below this batch.
-// On the 16-core Xeon (docs/PERFORMANCE.md, nineteenth session, 4096x4096) those beat the AMX
-// tiles at batches 1-16 (1.5-2.7x at 8), and the tiles won from 32 (Q4_K and so Q5_K, whose
-// INT8 tiles rescale with an offset too, from 64).
+// On the 2-core Xeon of the forty-sixth session (4096x4096, DRAM) the K-quants and Q6_K on BF16
+// tiles beat them from 16 (1.6-1.8x); Q8_0 and Q4_0 on INT8 tiles tie at 16 and win at 24
+// (1.6-1.9x, where the pairs kernel runs an odd batch). On the 16-core Xeon of the nineteenth
+// session the AVX-512 kernels won at 16 over the GGUF-layout INT8 tiles of then.
 inline std::size_t amx_x8_min_batch(GgmlType type) {
-  return type == GgmlType::q4_k || type == GgmlType::q5_k ? 64 : 32;
+  return type == GgmlType::q4_k || type == GgmlType::q5_k || type == GgmlType::q6_k ? 16 : 24;
 }
 
 inline std::size_t round_up(std::size_t n, std::size_t m) { return (n + m - 1) / m * m; }

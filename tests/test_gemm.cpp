@@ -140,11 +140,12 @@ TEST_P(GemmAllFormats, RandomWeightsEveryBatchShape) {
   const GgmlType t = GetParam();
   const std::size_t block = static_cast<std::size_t>(format_info(t).block_elems);
   const std::size_t cols = block == 1 ? 96 : (block == 32 ? 96 : 512);  // three Q8_0 blocks: odd pair count
-  // 64: the first batch at which AMX takes interleaved Q4_K/Q5_K (INT8 tiles); 37 rows mix four
+  // At the AMX level interleaved K-quants and Q6_K go to BF16 tiles from 16, the others to INT8
+  // tiles from 24 and to BF16 tiles from 64 (the GGUF layout: INT8 tiles from 8); 37 rows mix four
   // interleaved groups with five GGUF-layout rows in the last tile. 5-7, 9-11, 13 and 15 end in
   // a pass of every remainder size after the largest groups of activation rows (or pairs), and
   // in the float kernels' last groups of five and six.
-  for (std::size_t batch : {1U, 2U, 3U, 4U, 5U, 6U, 7U, 8U, 9U, 10U, 11U, 13U, 15U, 16U, 17U, 33U, 64U}) {
+  for (std::size_t batch : {1U, 2U, 3U, 4U, 5U, 6U, 7U, 8U, 9U, 10U, 11U, 13U, 15U, 16U, 17U, 24U, 33U, 64U}) {
     check_all_levels({t, 37, cols, batch, Pattern::gaussian});
   }
 }
@@ -243,8 +244,10 @@ TEST(GemmDispatch, LevelsPickTheirKernels) {
   }
   if (best >= IsaLevel::amx) {
     GemmContext amx(1, IsaLevel::amx);
-    EXPECT_EQ(amx.kernel_name(GgmlType::q4_k, 16, 4096), "amx_int8");
-    EXPECT_EQ(amx.kernel_name(GgmlType::q4_k, 256, 4096), "amx_bf16");  // decoded to bf16 once per block
+    EXPECT_EQ(amx.kernel_name(GgmlType::q4_k, 8, 4096), "amx_int8");
+    EXPECT_EQ(amx.kernel_name(GgmlType::q4_k, 16, 4096), "amx_bf16");  // decoded to bf16 once per block
+    EXPECT_EQ(amx.kernel_name(GgmlType::q8_0, 63, 4096), "amx_int8");
+    EXPECT_EQ(amx.kernel_name(GgmlType::q8_0, 64, 4096), "amx_bf16");
     EXPECT_EQ(amx.kernel_name(GgmlType::bf16, 64, 4096), "amx_bf16");
     EXPECT_EQ(amx.kernel_name(GgmlType::q4_k, 1, 4096).substr(0, 6), "avx512");  // GEMV stays on AVX-512
     EXPECT_EQ(amx.kernel_name(GgmlType::f32, 64, 4096).substr(0, 6), "avx512");  // no F32 tiles

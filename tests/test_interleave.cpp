@@ -237,11 +237,12 @@ TEST(Interleave, EachLayoutGoesToItsOwnKernels) {
     const GemmContext amx(1, IsaLevel::amx);
     const auto x8 = [&](GgmlType t, std::size_t batch) { return amx.kernel_name(t, batch, 4096, WeightLayout::interleaved8); };
     EXPECT_EQ(x8(GgmlType::q4_0, 16), "avx512_x8_pairs");
-    EXPECT_EQ(x8(GgmlType::q4_0, 32), "amx_int8");
-    EXPECT_EQ(x8(GgmlType::q4_0, 512), "amx_bf16");
-    EXPECT_EQ(x8(GgmlType::q4_k, 32), "avx512_x8");
-    EXPECT_EQ(x8(GgmlType::q4_k, 64), "amx_int8");
-    EXPECT_EQ(x8(GgmlType::q6_k, 32), "amx_bf16");
+    EXPECT_EQ(x8(GgmlType::q4_0, 24), "amx_int8");
+    EXPECT_EQ(x8(GgmlType::q4_0, 63), "amx_int8");
+    EXPECT_EQ(x8(GgmlType::q4_0, 64), "amx_bf16");
+    EXPECT_EQ(x8(GgmlType::q4_k, 15), "avx512_x8");
+    EXPECT_EQ(x8(GgmlType::q4_k, 16), "amx_bf16");
+    EXPECT_EQ(x8(GgmlType::q6_k, 16), "amx_bf16");
     EXPECT_EQ(x8(GgmlType::q8_0, 1), "avx512_x8");
   }
 }
