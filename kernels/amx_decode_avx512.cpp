@@ -516,8 +516,12 @@ void q8_0_group_bf16(const std::uint8_t* group, std::size_t cols, std::uint16_t*
     const __m512i t[4] = {load64(x.qs[0]), load64(x.qs[2]), load64(x.qs[4]), load64(x.qs[6])};
     __m512i rows[4];
     transpose_x8(t, rows);
+    // The eight scales converted at once and read back as memory operands, broadcast by the
+    // multiplies: one conversion per row would cost a shuffle-port operation each.
+    alignas(32) float d[kInterleave];
+    _mm256_store_ps(d, halves(x.d));
     INFERCAST_UNROLL
-    for (int r = 0; r < kInterleave; ++r) store_bf16(dst + r * ld + b * kQk, q8_0_bf16(row_of(rows, r), half_to_float(x.d[r])));
+    for (int r = 0; r < kInterleave; ++r) store_bf16(dst + r * ld + b * kQk, q8_0_bf16(row_of(rows, r), d[r]));
   }
 }
 
@@ -532,9 +536,11 @@ void q4_0_group_bf16(const std::uint8_t* group, std::size_t cols, std::uint16_t*
                           _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4)};
     __m512i rows[4];
     transpose_x8(t, rows);
+    alignas(32) float d[kInterleave];  // as in q8_0_group_bf16
+    _mm256_store_ps(d, halves(x.d));
     INFERCAST_UNROLL
     for (int r = 0; r < kInterleave; ++r) {
-      const __m512i table = nibble_table(half_to_float(x.d[r]), 0.0F, 8.0F);
+      const __m512i table = nibble_table(d[r], 0.0F, 8.0F);
       store_bf16(dst + r * ld + b * kQk, _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(row_of(rows, r)), table));
     }
   }
@@ -548,9 +554,11 @@ void q5_0_group_bf16(const std::uint8_t* group, std::size_t cols, std::uint16_t*
     q5_0_quants(x, t);
     __m512i rows[4];
     transpose_x8(t, rows);
+    alignas(32) float scales[kInterleave];  // as in q8_0_group_bf16
+    _mm256_store_ps(scales, halves(x.d));
     INFERCAST_UNROLL
     for (int r = 0; r < kInterleave; ++r) {
-      const float d = half_to_float(x.d[r]);
+      const float d = scales[r];
       const __m512i table = five_bit_table(d, -16.0F * d);
       store_bf16(dst + r * ld + b * kQk, _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(row_of(rows, r)), table));
     }
