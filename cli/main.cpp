@@ -10,6 +10,7 @@
 #include "cli/kernels_command.h"
 #include "cli/model_commands.h"
 #include "cli/probe_command.h"
+#include "probes/cpu_features.h"
 #include "probes/error.h"
 
 namespace {
@@ -31,6 +32,9 @@ int main(int argc, char** argv) {
   infercast::cli::add_cost_command(app, exit_status);
   infercast::cli::add_validate_command(app, exit_status);
   try {
+    // A misspelt INFERCAST_PREFETCH is a usage error here; the kernels, which read it once at
+    // start-up, would otherwise fall back to the host's default without a word.
+    infercast::prefetch_hint_from_environment();
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

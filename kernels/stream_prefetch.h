@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/gemm_kernels.h"
+#include "kernels/prefetch_hint.h"
 
 namespace infercast {
 namespace {
@@ -20,8 +21,8 @@ namespace {
 // row's end a stream continues into the same row of the next group of Nr rows, which the
 // thread takes next. Addresses past the matrix are harmless: prefetches never fault.
 //
-// The lines are fetched non-temporally (NTA) for the reason kernels/x8_prefetch.h gives: on a
-// Zen 5 host F16 decode ran 1.11x as fast as with T1, BF16 at four users 1.18x. Before that they
+// On AMD hosts the lines are fetched non-temporally (NTA; elsewhere into L2, see
+// kernels/prefetch_hint.h) for the reason kernels/x8_prefetch.h gives: on a Zen 5 host F16 decode ran 1.11x as fast as with T1, BF16 at four users 1.18x. Before that they
 // went to L2 (T1); 2-4 KiB ahead all measured alike (F16/BF16/F32 GEMV 0.84-0.88 of the DRAM read
 // with T0 at 1 KiB, 0.98-1.06 with T1 at 2 KiB on a Zen 4 host) and the shorter distance is kept.
 template <int Nr>
@@ -37,8 +38,8 @@ class StreamPrefetch {
     for (int i = 0; i < Nr; ++i) {
       // Integer arithmetic: the address may lie past the buffer, which a pointer may not.
       const std::uintptr_t p = base_ + i * row_bytes_ + at;
-      for (std::size_t k = 0; k < step; k += 64) _mm_prefetch(reinterpret_cast<const char*>(p + k), _MM_HINT_NTA);
-      _mm_prefetch(reinterpret_cast<const char*>(p + step - 1), _MM_HINT_NTA);
+      for (std::size_t k = 0; k < step; k += 64) stream_line(p + k);
+      stream_line(p + step - 1);
     }
   }
 

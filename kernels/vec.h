@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/prefetch_hint.h"
 #include "probes/cpu_features.h"
 
 namespace infercast {
@@ -20,7 +21,7 @@ struct VecOps {
   void (*axpy_f16)(float a, const std::uint16_t* x, float* y, std::size_t n);   // y += a * x
   // Attention takes its cache blocks in runs of up to kRunBlocks (run_blocks), `count`
   // positions in all, position j in block j / kKeyBlock. While block b of a run is read, the
-  // block at ahead[b] (where not null) is asked for with the non-temporal hint: see
+  // block at ahead[b] (where not null) is asked for with the streaming hint: see
   // attend_tokens.
   //
   // Scores of the `heads` query heads that share a run of blocks of cached keys (grouped-query
@@ -56,7 +57,7 @@ struct VecOps {
 // Positions per block of cached keys: one 512-bit vector of F32 scores.
 inline constexpr std::size_t kKeyBlock = 16;
 // How many blocks ahead attention asks for keys (in the score pass) and values (in the value
-// pass). Each is asked for with the non-temporal hint, a row at a time while the kernels read
+// pass). Each is asked for with the streaming hint, a row at a time while the kernels read
 // the block that many before it: see attend_tokens.
 inline constexpr std::size_t kKeyPrefetchBlocks = 2;
 inline constexpr std::size_t kValuePrefetchBlocks = 4;
@@ -70,16 +71,18 @@ inline std::size_t run_blocks(std::size_t n, std::size_t element_bytes) {
   return std::clamp<std::size_t>(kRunBytes / (kKeyBlock * n * element_bytes), 1, kRunBlocks);
 }
 
-// Asks (with the non-temporal hint) for the lines of `bytes` from p, where p is not null: the
-// kernels' requests for the blocks ahead (for_each_position, ask_for_key_rows).
+// Asks (with the streaming hint, kernels/prefetch_hint.h) for the lines of `bytes` from p,
+// where p is not null: the kernels' requests for the blocks ahead (for_each_position,
+// ask_for_key_rows).
 inline void ask_for_lines(const void* p, std::size_t bytes) {
   if (p == nullptr) return;
-  for (std::size_t at = 0; at < bytes; at += 64) __builtin_prefetch(static_cast<const char*>(p) + at, 0, 0);
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  for (std::size_t offset = 0; offset < bytes; offset += 64) stream_line(at + offset);
 }
 
 // step(row, j) for each position j of a run of blocks (the value pass's, see axpy_blocks_f32),
 // row pointing at its n elements. With Ask, the same row of block ahead[b] is asked for (with the
-// non-temporal hint) just before, where ahead[b] is not null: a block's lines spread over the
+// streaming hint) just before, where ahead[b] is not null: a block's lines spread over the
 // positions of the block before it.
 template <class T, bool Ask, class Step>
 inline void for_each_position(const T* const* blocks, const T* const* ahead, std::size_t count, std::size_t n,
@@ -95,7 +98,7 @@ inline void for_each_position(const T* const* blocks, const T* const* ahead, std
   }
 }
 
-// Asks (with the non-temporal hint) for element rows [i, i + rows) of the key block at
+// Asks (with the streaming hint) for element rows [i, i + rows) of the key block at
 // `ahead`, where not null: the score kernels spread a block's request over the element rows of
 // the block they read meanwhile.
 template <class T>
@@ -177,7 +180,7 @@ void attend_tokens(const VecOps& ops, const float* q, std::size_t tokens, std::s
   const std::size_t len = lens[tokens - 1];
   const std::size_t rows = tokens * heads;
   // A decode step's keys and values come from DRAM: the weights streamed since they were
-  // written. Each pass asks for its own stream a few blocks ahead with the non-temporal hint,
+  // written. Each pass asks for its own stream a few blocks ahead with the streaming hint,
   // the lines' only use following shortly. Asking for the values during the score pass into L2
   // (T1) and the keys into L1 (T0) held a task from DRAM to 8-11 GB/s on one Zen 5 core; this
   // way the task took 0.5-0.65x the time at 2048 positions and 0.6-0.8x at 512, and within

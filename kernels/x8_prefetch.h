@@ -16,7 +16,8 @@
 // to 8 ran up to 10% slower (Q8_0 at 8, Q4_K at 4): GEMV streams 3 KiB ahead, batches 6 KiB
 // (docs/PERFORMANCE.md, eighteenth session). The AVX2 kernels measured alike at both.
 //
-// The hint is non-temporal (prefetchnta). It was prefetcht1, into L2, after prefetcht0 into L1
+// The hint is non-temporal (prefetchnta) on AMD hosts, prefetcht1 on the others
+// (kernels/prefetch_hint.h). It was prefetcht1, into L2, after prefetcht0 into L1
 // lost to it on a Zen 4 host (GEMV 0.84-0.92 of the DRAM read against 1.0-1.1; fourteenth
 // session). On the Zen 5 guest NTA beat T1 in alternated pairs of TinyLlama runs (thirty-second
 // session): decode 1.18x (Q4_0), 1.12x (Q8_0), 1.14x (Q4_K_M) and 1.11x (F16, through
@@ -24,13 +25,15 @@
 // at 4 and 8 users or in prefill of the other formats. AMD describes the hint as filling L1
 // without moving a line that came from memory into L2 when it leaves: we think sparing L2 and L3
 // the turnover of a model streamed through them is the gain (no counters here to tell). Weights
-// that are already cached stream as fast as before (hot GEMV at 1 and 12 MiB). Not measured on
-// an Intel host.
+// that are already cached stream as fast as before (hot GEMV at 1 and 12 MiB). On an Intel Xeon
+// with AMX the same hint held two cores to 9.5 GB/s of the 30 they read with prefetcht1
+// (forty-sixth session).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 #include "kernels/gemm_kernels.h"
+#include "kernels/prefetch_hint.h"
 
 namespace infercast {
 
@@ -56,10 +59,7 @@ INFERCAST_INLINE void prefetch_part(const void* block, int i) {
   // Integer arithmetic: the address may lie past the buffer, which a pointer may not.
   const std::uintptr_t p = reinterpret_cast<std::uintptr_t>(block) + Ahead;
   const auto part = static_cast<std::size_t>(i);
-  // In assembly: GCC schedules _mm_prefetch freely and gathered a block's prefetches at its
-  // start again; a volatile asm stays where it is written.
-  for (std::size_t j = part * kLines / Parts; j < (part + 1) * kLines / Parts; ++j)
-    asm volatile("prefetchnta %0" : : "m"(*reinterpret_cast<const char*>(p + 64 * j)));
+  for (std::size_t j = part * kLines / Parts; j < (part + 1) * kLines / Parts; ++j) stream_line(p + 64 * j);
 }
 
 // The same for a block whose part `i` is known only at run time (a loop the compiler keeps
@@ -73,7 +73,7 @@ INFERCAST_INLINE void prefetch_part_at(const void* block, int i) {
   constexpr std::size_t kLines = (Bytes + 63) / 64;
   constexpr std::size_t kPerPart = (kLines + Parts - 1) / Parts;
   const std::uintptr_t p = reinterpret_cast<std::uintptr_t>(block) + Ahead + 64 * (static_cast<std::size_t>(i) * kLines / Parts);
-  for (std::size_t j = 0; j < kPerPart; ++j) asm volatile("prefetchnta %0" : : "m"(*reinterpret_cast<const char*>(p + 64 * j)));
+  for (std::size_t j = 0; j < kPerPart; ++j) stream_line(p + 64 * j);
 }
 
 // The head of a stream, the first `ahead` bytes that no block's prefetch covers: without it a
@@ -81,8 +81,7 @@ INFERCAST_INLINE void prefetch_part_at(const void* block, int i) {
 // (256 x 2048 and 2048 x 2048 in a 1B model) more than their streaming.
 INFERCAST_INLINE void prefetch_head(const void* stream, std::size_t bytes, std::size_t ahead) {
   const auto p = reinterpret_cast<std::uintptr_t>(stream);
-  for (std::size_t at = 0; at < std::min(bytes, ahead); at += 64)
-    asm volatile("prefetchnta %0" : : "m"(*reinterpret_cast<const char*>(p + at)));
+  for (std::size_t at = 0; at < std::min(bytes, ahead); at += 64) stream_line(p + at);
 }
 
 }  // namespace infercast

@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include "probes/bandwidth_kernels.h"
+#include "probes/cpu_features.h"
 
 namespace infercast::avx2 {
 namespace {

@@ -228,4 +228,30 @@ IsaLevel active_level() {
   return choose_level(host_cpu(), isa_from_environment());
 }
 
+std::string_view to_string(PrefetchHint hint) { return hint == PrefetchHint::nta ? "nta" : "t1"; }
+
+PrefetchHint default_prefetch_hint(const CpuFeatures& cpu) {
+  return cpu.vendor == "AuthenticAMD" ? PrefetchHint::nta : PrefetchHint::t1;
+}
+
+std::optional<PrefetchHint> prefetch_hint_from_environment() {
+  const char* value = std::getenv("INFERCAST_PREFETCH");
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  for (PrefetchHint hint : {PrefetchHint::nta, PrefetchHint::t1}) {
+    if (to_string(hint) == value) return hint;
+  }
+  throw UsageError(std::string("INFERCAST_PREFETCH='") + value + "' is not one of nta, t1");
+}
+
+PrefetchHint active_prefetch_hint() {
+  static const PrefetchHint hint = [] {
+    try {
+      if (auto requested = prefetch_hint_from_environment()) return *requested;
+    } catch (const UsageError&) {
+    }
+    return default_prefetch_hint(host_cpu());
+  }();
+  return hint;
+}
+
 }  // namespace infercast

@@ -75,4 +75,19 @@ std::optional<IsaLevel> isa_from_environment();
 void set_requested_level(std::optional<IsaLevel> requested);
 IsaLevel active_level();
 
+// How code that streams data it reads once (weights, the KV cache, the probe's DRAM read) asks
+// for it ahead of use: non-temporally (prefetchnta) or into L2 (prefetcht1). On AMD's Zen 5 the
+// non-temporal hint decoded 1.11-1.18x as fast (docs/PERFORMANCE.md, thirty-second session); on
+// an Intel Xeon with AMX it held two cores' DRAM read to 9.5 GB/s against 30 with prefetcht1 or
+// none (forty-sixth session). So AMD gets the non-temporal hint and every other vendor L2.
+enum class PrefetchHint { nta, t1 };
+std::string_view to_string(PrefetchHint hint);
+PrefetchHint default_prefetch_hint(const CpuFeatures& cpu);
+// The hint requested by INFERCAST_PREFETCH (nta or t1), if set, so one machine can measure
+// both. Throws UsageError on any other value.
+std::optional<PrefetchHint> prefetch_hint_from_environment();
+// The environment's hint, else the host's default: read once. Never throws (a value the
+// environment names wrongly falls back to the default; front ends check it first).
+PrefetchHint active_prefetch_hint();
+
 }  // namespace infercast

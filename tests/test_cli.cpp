@@ -87,6 +87,12 @@ TEST(Cli, BadEnvironmentIsAUsageError) {
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("INFERCAST_ISA"), std::string::npos) << r.err;
+  setenv("INFERCAST_PREFETCH", "t0", 1);
+  const Result hint = run("probe --quick --out ''");
+  unsetenv("INFERCAST_PREFETCH");
+  EXPECT_EQ(hint.status, 2);
+  EXPECT_EQ(lines(hint.err), 1) << hint.err;
+  EXPECT_NE(hint.err.find("INFERCAST_PREFETCH"), std::string::npos) << hint.err;
 }
 
 TEST(Cli, QuickProbeWritesAProfileAtomically) {

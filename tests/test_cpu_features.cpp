@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -97,6 +98,36 @@ TEST(CpuFeatures, ParsesLevelNames) {
   for (IsaLevel l : {IsaLevel::scalar, IsaLevel::avx2, IsaLevel::avx512, IsaLevel::amx}) {
     EXPECT_EQ(parse_isa_level(to_string(l)), l);
   }
+}
+
+// AMD streams with the non-temporal hint, every other vendor into L2; INFERCAST_PREFETCH names
+// either, anything else is a usage error.
+TEST(CpuFeatures, PrefetchHintByVendorAndEnvironment) {
+  // The hint in force was read once, at start-up, from the environment this test then changes.
+  std::optional<PrefetchHint> at_start;
+  try {
+    at_start = prefetch_hint_from_environment();
+  } catch (const UsageError&) {
+  }
+  EXPECT_EQ(active_prefetch_hint(), at_start.value_or(default_prefetch_hint(host_cpu())));
+  CpuFeatures cpu;
+  cpu.vendor = "AuthenticAMD";
+  EXPECT_EQ(default_prefetch_hint(cpu), PrefetchHint::nta);
+  cpu.vendor = "GenuineIntel";
+  EXPECT_EQ(default_prefetch_hint(cpu), PrefetchHint::t1);
+  cpu.vendor = "";
+  EXPECT_EQ(default_prefetch_hint(cpu), PrefetchHint::t1);
+  EXPECT_EQ(to_string(PrefetchHint::nta), "nta");
+  EXPECT_EQ(to_string(PrefetchHint::t1), "t1");
+  setenv("INFERCAST_PREFETCH", "t1", 1);
+  EXPECT_EQ(prefetch_hint_from_environment(), PrefetchHint::t1);
+  setenv("INFERCAST_PREFETCH", "nta", 1);
+  EXPECT_EQ(prefetch_hint_from_environment(), PrefetchHint::nta);
+  setenv("INFERCAST_PREFETCH", "T1", 1);
+  EXPECT_THROW(prefetch_hint_from_environment(), UsageError);
+  unsetenv("INFERCAST_PREFETCH");
+  EXPECT_FALSE(prefetch_hint_from_environment().has_value());
+  EXPECT_EQ(active_prefetch_hint(), at_start.value_or(default_prefetch_hint(host_cpu())));
 }
 
 TEST(CpuFeatures, EnvironmentOverride) {
