@@ -49,13 +49,13 @@ class NextGroupPrefetch {
   NextGroupPrefetch(const std::uint8_t* first_row, std::size_t rows, std::size_t row_bytes, std::size_t steps)
       : row_(first_row), row_bytes_(row_bytes), lines_per_row_((row_bytes + 63) / 64), rows_left_(rows),
         per_step_(steps == 0 ? rows * lines_per_row_ : (rows * lines_per_row_ + steps - 1) / steps) {}
-  // Walks rows and lines by counting: a division per line, between tile products, showed in
-  // profiles as the hottest instruction of the small-batch INT8 kernel.
   // The lines not yet asked for, over `steps` calls of step() from now on.
   void spread_over(std::size_t steps) {
     const std::size_t left = rows_left_ * lines_per_row_ - line_;
     per_step_ = steps == 0 ? left : (left + steps - 1) / steps;
   }
+  // Walks rows and lines by counting: a division per line, between tile products, showed in
+  // profiles as the hottest instruction of the small-batch INT8 kernel.
   void step() {
     for (std::size_t n = 0; n < per_step_ && rows_left_ > 0; ++n) {
       _mm_prefetch(reinterpret_cast<const char*>(row_ + line_ * 64), _MM_HINT_T1);
@@ -247,8 +247,8 @@ void int8_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8
       // it is issued, so the sub-blocks run as a pipeline: at step j the product of j + 3 is
       // issued, the result of j + 1 (issued two steps before) is stored, and j's stored result
       // (one step before) is scaled on the vector units. No instruction then waits on the one
-      // just before it: a product reuses the A and B tiles of the product two steps back, and
-      // the C tile of the one four steps back, stored three steps back.
+      // just before it: the product issued at a step reuses the A and B tiles of the product
+      // issued two steps before, and a C tile stored two steps before.
       const auto multiply = [&](std::size_t j) {
         const std::int8_t* a = s.q + j * S;
         const std::uint8_t* b = base + j * S * kTile;
