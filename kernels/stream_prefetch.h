@@ -22,9 +22,10 @@ namespace {
 // thread takes next. Addresses past the matrix are harmless: prefetches never fault.
 //
 // On AMD hosts the lines are fetched non-temporally (NTA; elsewhere into L2, see
-// kernels/prefetch_hint.h) for the reason kernels/x8_prefetch.h gives: on a Zen 5 host F16 decode ran 1.11x as fast as with T1, BF16 at four users 1.18x. Before that they
-// went to L2 (T1); 2-4 KiB ahead all measured alike (F16/BF16/F32 GEMV 0.84-0.88 of the DRAM read
-// with T0 at 1 KiB, 0.98-1.06 with T1 at 2 KiB on a Zen 4 host) and the shorter distance is kept.
+// kernels/prefetch_hint.h) for the reason kernels/x8_prefetch.h gives: on a Zen 5 host F16
+// decode ran 1.11x as fast as with T1, BF16 at four users 1.18x. Before that they went to L2
+// (T1); 2-4 KiB ahead all measured alike (F16/BF16/F32 GEMV 0.84-0.88 of the DRAM read with T0
+// at 1 KiB, 0.98-1.06 with T1 at 2 KiB on a Zen 4 host) and the shorter distance is kept.
 template <int Nr>
 class StreamPrefetch {
  public:

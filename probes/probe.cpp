@@ -300,6 +300,7 @@ json profile_json(const ProbeResults& r, const Topology& topo, const CpuFeatures
                    {"samples", r.plan.bandwidth.samples},
                    {"compute_rounds", r.plan.compute.rounds},
                    {"compute_samples_per_round", r.plan.compute.samples},
+                   {"stream_prefetch", std::string(to_string(active_prefetch_hint()))},
                    {"units", "GB/s = 1e9 bytes/s; bytes exclude write-allocate traffic"}};
 
   json kernels = json::array();

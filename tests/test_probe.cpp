@@ -65,6 +65,8 @@ TEST(Probe, TinyRunProducesACompleteProfile) {
     EXPECT_TRUE(s.contains(key)) << key;
   }
   EXPECT_GT(s["dram_read_gbs"].get<double>(), 0.0);
+  // The hint the DRAM read asked for lines ahead with, the kernels' too.
+  EXPECT_EQ(j["settings"]["stream_prefetch"], std::string(to_string(active_prefetch_hint())));
   // Triad's three arrays round down to whole blocks; its largest size still counts as DRAM.
   EXPECT_FALSE(s["dram_triad_gbs"].is_null());
   EXPECT_TRUE(s["peak_fp32_gflops"].is_null());
