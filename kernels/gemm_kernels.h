@@ -96,10 +96,11 @@ inline constexpr std::size_t kWidenedPanelMinBatch = 32;
 // From this batch on, a block format is decoded to bf16 once per block of activation rows and
 // multiplied on BF16 tiles, instead of on INT8 tiles with an AVX-512 rescale per sub-block.
 // Measured on 4096x4096, 2 threads, weights from DRAM (docs/PERFORMANCE.md, forty-sixth session,
-// a 2-core Xeon with AMX): the K-quants and Q6_K, whose INT8 tiles rescale with an offset or
-// twice as often, gain from the first batch AMX takes (1.25x Q4_K at 32 over INT8 tiles); the
-// 32-weight formats tie at 32 and gain at 64 (Q8_0 1.09x, Q4_0 1.23x). On the first sessions'
-// Xeon they tied at 64. F16/BF16 always use BF16 tiles.
+// a 2-core Xeon with AMX): the K-quants, whose INT8 tiles rescale with an offset too, gained
+// 1.1-1.25x over INT8 tiles at 32 and 48 (16 was measured against the AVX-512 kernels only), and
+// Q6_K, which rescales twice as often, had gained from 32 on the first sessions' Xeon; the
+// 32-weight formats tie at 32 and gain at 64 (Q8_0 1.09x, Q4_0 1.23x; on the first sessions'
+// Xeon they tied at 64). F16/BF16 always use BF16 tiles.
 inline std::size_t amx_bf16_min_batch(GgmlType type) {
   return type == GgmlType::q4_k || type == GgmlType::q5_k || type == GgmlType::q6_k ? 16 : 64;
 }
