@@ -20,6 +20,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/aligned_buffer.h"
 #include "kernels/amx_decode.h"
 #include "kernels/formats.h"
 #include "kernels/gemm.h"
@@ -47,7 +48,10 @@ constexpr std::size_t kTile = 16;
 class NextGroupPrefetch {
  public:
   NextGroupPrefetch(const std::uint8_t* first_row, std::size_t rows, std::size_t row_bytes, std::size_t steps)
-      : row_(first_row), row_bytes_(row_bytes), lines_per_row_((row_bytes + 63) / 64), rows_left_(rows),
+      : NextGroupPrefetch(first_row, rows, row_bytes, row_bytes, steps) {}
+  // `bytes` from each of `rows` starts `stride` apart (a column segment of the rows).
+  NextGroupPrefetch(const std::uint8_t* first, std::size_t rows, std::size_t stride, std::size_t bytes, std::size_t steps)
+      : row_(first), row_bytes_(stride), lines_per_row_((bytes + 63) / 64), rows_left_(rows),
         per_step_(steps == 0 ? rows * lines_per_row_ : (rows * lines_per_row_ + steps - 1) / steps) {}
   // The lines not yet asked for, over `steps` calls of step() from now on.
   void spread_over(std::size_t steps) {
@@ -378,6 +382,13 @@ std::size_t bf16_block_tiles(std::size_t cols) {
 // Columns a block format's row group is decoded in at a time (a multiple of every block), so
 // the next group's prefetch can advance between slices.
 constexpr std::size_t kDecodeSlice = 256;
+// Longer rows are multiplied in column segments of this many, their sums carried from segment to
+// segment in memory, so that a block of activations keeps 16 tiles in L2 whatever the row length:
+// sized by the whole row, a block of 8192 columns held 4 tiles and decoded its weights again every
+// 64 tokens (Q4_0 on 2048x8192 stayed at 1221-1246 GOPS from batch 64 to 256, against 1323-2187
+// on 8192x2048; docs/PERFORMANCE.md, forty-sixth session).
+constexpr std::size_t kSegmentCols = 2048;
+std::size_t bf16_segment(std::size_t cols) { return std::min(cols, kSegmentCols); }
 
 std::size_t bf16_ldw(std::size_t cols) { return 2 * cols + 64; }  // the pad keeps tile rows off one set
 
@@ -389,7 +400,7 @@ struct Bf16Scratch {
 
 template <GgmlType W>
 std::size_t bf16_scratch_bytes(std::size_t cols) {
-  std::size_t bytes = bf16_block_tiles(cols) / 2 * 4096 + kBf16Rows * bf16_ldw(cols) + 64;
+  std::size_t bytes = bf16_block_tiles(bf16_segment(cols)) / 2 * 4096 + kBf16Rows * bf16_ldw(cols) + 64;
   if constexpr (!is_float_format<W>()) bytes += int8_scratch_bytes<W>(cols);
   return bytes;
 }
@@ -398,7 +409,7 @@ template <GgmlType W>
 Bf16Scratch bf16_scratch(std::uint8_t* base, std::size_t cols) {
   Bf16Scratch s{};
   s.acc = reinterpret_cast<float*>(base);
-  s.w = base + bf16_block_tiles(cols) / 2 * 4096;
+  s.w = base + bf16_block_tiles(bf16_segment(cols)) / 2 * 4096;
   s.int8 = s.w + round_up(kBf16Rows * bf16_ldw(cols), 64);
   return s;
 }
@@ -451,79 +462,106 @@ void bf16_rows(const GemmCall& c, std::size_t begin, std::size_t end, std::uint8
   }
   TileSession session(cfg);
   const std::size_t tiles_m = round_up(c.batch, kTile) / kTile;
-  const std::size_t chunks = c.cols / 32;
-  const std::size_t block_tiles = bf16_block_tiles(c.cols);
-  const std::size_t transpose_at = std::min<std::size_t>(2, chunks - 1);
+  const std::size_t segment = bf16_segment(c.cols);
+  const std::size_t block_tiles = bf16_block_tiles(segment);
+  const std::size_t block_pairs = (block_tiles + 1) / 2;
+  const auto& f = format_info(W);
+  const auto bytes_of = [&](std::size_t cols) { return cols / static_cast<std::size_t>(f.block_elems) * f.block_bytes; };
+  // The sums of every row group and activation pair between segments (4 KiB each).
+  thread_local AlignedBuffer carried;
+  float* const partial = segment < c.cols
+                             ? reinterpret_cast<float*>(carried.reserve((end - begin + kBf16Rows - 1) / kBf16Rows * block_pairs * 4096))
+                             : nullptr;
   for (std::size_t mb = 0; mb < tiles_m; mb += block_tiles) {
     const std::size_t mb_end = std::min(tiles_m, mb + block_tiles);
-    for (std::size_t r0 = begin; r0 < end; r0 += kBf16Rows) {
-      const std::size_t nrows = std::min(kBf16Rows, end - r0);
-      // A block format's next row group is asked for while this one is decoded and multiplied:
-      // half of its lines over the decode, in column slices across all rows, the rest over the
-      // tile products (Q8_0 at batch 64 1.03-1.15x). A float format's rows are only copied or
-      // converted, too quickly to spread anything over (BF16 0.7-0.8x): its next group is asked
-      // for over the tile products alone.
-      const std::size_t next_rows = r0 + kBf16Rows < end ? std::min(kBf16Rows, end - r0 - kBf16Rows) : 0;
-      const std::size_t slice = is_float_format<W>() ? c.cols : kDecodeSlice;
-      const std::size_t decode_steps = (c.cols + slice - 1) / slice * (kBf16Rows / kInterleave);
-      NextGroupPrefetch prefetch(c.w + (r0 + kBf16Rows) * c.row_bytes, next_rows, c.row_bytes, 2 * decode_steps);
-      const auto decoded_eight = [&] {
-        if constexpr (!is_float_format<W>()) prefetch.step();
-      };
-      // Through a padded buffer even for BF16: rows a power of two apart would share L1 sets.
-      for (std::size_t k0 = 0; k0 < c.cols; k0 += slice) {
-        const std::size_t width = std::min(slice, c.cols - k0);
-        const std::size_t skip = k0 / static_cast<std::size_t>(format_info(W).block_elems) * format_info(W).block_bytes;
-        for (std::size_t n = 0; n < kBf16Rows;) {
-          std::uint16_t* dst = reinterpret_cast<std::uint16_t*>(s.w + n * ldw) + k0;
-          // A group of eight at a time, the same bf16 as the GGUF rows' bit for bit.
-          if (n < nrows && whole_group<L>(c, r0 + n, nrows - n)) {
-            decode_x8_group_bf16(W, c.w + (r0 + n) * c.row_bytes + kInterleave * skip, width, dst, ldw / 2,
-                                 int8_scratch<W>(s.int8, c.cols));
-            n += kInterleave;
-            decoded_eight();
-            continue;
+    for (std::size_t seg0 = 0; seg0 < c.cols; seg0 += segment) {
+      const std::size_t seg_end = std::min(c.cols, seg0 + segment);
+      const bool first = seg0 == 0;
+      const bool last = seg_end == c.cols;
+      const std::size_t k_begin = seg0 / 32;
+      const std::size_t k_end = seg_end / 32;
+      const std::size_t transpose_at = k_begin + std::min<std::size_t>(2, k_end - k_begin - 1);
+      for (std::size_t r0 = begin; r0 < end; r0 += kBf16Rows) {
+        const std::size_t nrows = std::min(kBf16Rows, end - r0);
+        // A block format's next row group (this segment of it) is asked for while this one is
+        // decoded and multiplied: half of its lines over the decode, in column slices across all
+        // rows, the rest over the tile products (Q8_0 at batch 64 1.03-1.15x). A float format's
+        // rows are only copied or converted, too quickly to spread anything over (BF16
+        // 0.7-0.8x): its next group is asked for over the tile products alone. Interleaved
+        // groups hold a segment of eight rows in one run.
+        const std::size_t next_rows = r0 + kBf16Rows < end ? std::min(kBf16Rows, end - r0 - kBf16Rows) : 0;
+        const std::size_t slice = is_float_format<W>() ? segment : kDecodeSlice;
+        const std::size_t decode_steps = (seg_end - seg0 + slice - 1) / slice * (kBf16Rows / kInterleave);
+        const std::size_t unit = L == WeightLayout::interleaved8 ? kInterleave : 1;
+        NextGroupPrefetch prefetch(c.w + (r0 + kBf16Rows) * c.row_bytes + unit * bytes_of(seg0), (next_rows + unit - 1) / unit,
+                                   unit * c.row_bytes, unit * bytes_of(seg_end - seg0), 2 * decode_steps);
+        const auto decoded_eight = [&] {
+          if constexpr (!is_float_format<W>()) prefetch.step();
+        };
+        // Through a padded buffer even for BF16: rows a power of two apart would share L1 sets.
+        for (std::size_t k0 = seg0; k0 < seg_end; k0 += slice) {
+          const std::size_t width = std::min(slice, seg_end - k0);
+          const std::size_t skip = bytes_of(k0);
+          for (std::size_t n = 0; n < kBf16Rows;) {
+            std::uint16_t* dst = reinterpret_cast<std::uint16_t*>(s.w + n * ldw) + k0;
+            // A group of eight at a time, the same bf16 as the GGUF rows' bit for bit.
+            if (n < nrows && whole_group<L>(c, r0 + n, nrows - n)) {
+              decode_x8_group_bf16(W, c.w + (r0 + n) * c.row_bytes + kInterleave * skip, width, dst, ldw / 2,
+                                   int8_scratch<W>(s.int8, c.cols));
+              n += kInterleave;
+              decoded_eight();
+              continue;
+            }
+            if (n < nrows) {
+              row_to_bf16<W>(c.w + (r0 + n) * c.row_bytes + skip, width, s, dst);
+            } else {
+              std::memset(dst, 0, 2 * width);
+            }
+            if (++n % kInterleave == 0) decoded_eight();
           }
-          if (n < nrows) {
-            row_to_bf16<W>(c.w + (r0 + n) * c.row_bytes + skip, width, s, dst);
+        }
+        prefetch.spread_over((mb_end - mb + 1) / 2 * (k_end - k_begin));
+        for (std::size_t mt = mb; mt < mb_end; mt += 2) {
+          const std::uint8_t* b0 = c.packed + mt * bf16_tile_bytes(c.cols);
+          const std::uint8_t* b1 = mt + 1 < mb_end ? b0 + bf16_tile_bytes(c.cols) : b0;  // odd tile: a spare product
+          float* acc = s.acc + (mt - mb) / 2 * 1024;
+          float* carry = partial == nullptr ? nullptr : partial + ((r0 - begin) / kBf16Rows * block_pairs + (mt - mb) / 2) * 1024;
+          if (first) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
           } else {
-            std::memset(dst, 0, 2 * width);
+            _tile_loadd(0, carry, 64);
+            _tile_loadd(1, carry + 256, 64);
+            _tile_loadd(2, carry + 512, 64);
+            _tile_loadd(3, carry + 768, 64);
           }
-          if (++n % kInterleave == 0) decoded_eight();
+          // Tiles are not renamed: a load waits for the products still reading the register, so
+          // each is issued right after its last reader.
+          for (std::size_t k = k_begin; k < k_end; ++k) {
+            // The previous pair's outputs are transposed on the vector units while this pair's
+            // first products run on the tile unit (1.07-1.4x, alternated runs). Decoding the next
+            // row group there as well, into a second buffer, measured slower and was dropped.
+            if (last && k == transpose_at && mt > mb) store_transposed(c, s.acc, mb, mt - 2, mt, r0, nrows);
+            prefetch.step();
+            _tile_loadd(4, s.w + 64 * k, lda);
+            _tile_loadd(6, b0 + 1024 * k, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_loadd(7, b1 + 1024 * k, 64);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_loadd(5, s.w + 16 * ldw + 64 * k, lda);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+          }
+          float* out = last ? acc : carry;
+          _tile_stored(0, out, 64);
+          _tile_stored(1, out + 256, 64);
+          _tile_stored(2, out + 512, 64);
+          _tile_stored(3, out + 768, 64);
         }
+        if (last) store_transposed(c, s.acc, mb, mb + (mb_end - mb - 1) / 2 * 2, mb_end, r0, nrows);  // the last pair
       }
-      prefetch.spread_over((mb_end - mb + 1) / 2 * chunks);
-      for (std::size_t mt = mb; mt < mb_end; mt += 2) {
-        const std::uint8_t* b0 = c.packed + mt * bf16_tile_bytes(c.cols);
-        const std::uint8_t* b1 = mt + 1 < mb_end ? b0 + bf16_tile_bytes(c.cols) : b0;  // odd tile: a spare product
-        float* acc = s.acc + (mt - mb) / 2 * 1024;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        // Tiles are not renamed: a load waits for the products still reading the register, so
-        // each is issued right after its last reader.
-        for (std::size_t k = 0; k < chunks; ++k) {
-          // The previous pair's outputs are transposed on the vector units while this pair's
-          // first products run on the tile unit (1.07-1.4x, alternated runs). Decoding the next
-          // row group there as well, into a second buffer, measured slower and was dropped.
-          if (k == transpose_at && mt > mb) store_transposed(c, s.acc, mb, mt - 2, mt, r0, nrows);
-          prefetch.step();
-          _tile_loadd(4, s.w + 64 * k, lda);
-          _tile_loadd(6, b0 + 1024 * k, 64);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_loadd(7, b1 + 1024 * k, 64);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_loadd(5, s.w + 16 * ldw + 64 * k, lda);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-        _tile_stored(0, acc, 64);
-        _tile_stored(1, acc + 256, 64);
-        _tile_stored(2, acc + 512, 64);
-        _tile_stored(3, acc + 768, 64);
-      }
-      store_transposed(c, s.acc, mb, mb + (mb_end - mb - 1) / 2 * 2, mb_end, r0, nrows);  // the last pair
     }
   }
 }
