@@ -186,12 +186,13 @@ TEST_P(GemmAllFormats, SaturatedQuantsAndActivations) {
   for (std::size_t batch : {1U, 4U, 8U, 9U}) check_all_levels({t, 16, 512, batch, Pattern::saturated});
 }
 
-// Large batches: block formats switch to BF16 tiles, decoded once per block of activation rows;
-// long rows make those blocks small, so this covers several blocks, an odd tile count and a
-// partial last tile, and a partial row group per thread.
+// Large batches: block formats switch to BF16 tiles, decoded once per block of activation rows
+// (16 tiles), rows longer than 2048 columns in segments whose sums carry over: 300 rows of 4096
+// columns are two segments and two blocks, the second of three tiles (an odd count) and a
+// partial last tile; 37 rows leave a partial row group per thread.
 TEST_P(GemmAllFormats, LargeBatchesInSeveralActivationBlocks) {
   const GgmlType t = GetParam();
-  check_all_levels({t, 37, 4096, 200, Pattern::gaussian});
+  check_all_levels({t, 37, 4096, 300, Pattern::gaussian});
   // BF16 tiles decode a block format's row group in 256-column slices: 608 columns end in a
   // shorter one (the K-quants' 768 in three).
   check_all_levels({t, 37, format_info(t).block_elems == 256 ? 768U : 608U, 64, Pattern::gaussian});
