@@ -11,8 +11,9 @@
 // BF16 tiles serve F16/BF16 weights, and the block formats at large batches
 // (amx_bf16_min_batch): 32 weight rows are copied, converted or decoded (scales applied) to bf16
 // scratch, and a 2x2 block of float accumulator tiles runs over K with no per-block work at all.
-// Activations are packed to bf16 once per call and taken in blocks that stay in L2; a block
-// format's rows are decoded again for each block (once per call up to a block of activations).
+// Activations are packed to bf16 once per call and taken in blocks of up to 16 tiles that stay
+// in L2 (rows longer than 2048 columns in column segments, so that a block keeps its 16 tiles);
+// a block format's rows are decoded again for each block.
 #include <immintrin.h>
 
 #include <algorithm>
