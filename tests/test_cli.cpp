@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/gguf_patch.h"
@@ -81,18 +82,14 @@ TEST(Cli, UnwritableOutputFailsBeforeProbing) {
 }
 
 TEST(Cli, BadEnvironmentIsAUsageError) {
-  setenv("INFERCAST_ISA", "bogus", 1);
-  const Result r = run("probe --quick --out ''");
-  unsetenv("INFERCAST_ISA");
-  EXPECT_EQ(r.status, 2);
-  EXPECT_EQ(lines(r.err), 1) << r.err;
-  EXPECT_NE(r.err.find("INFERCAST_ISA"), std::string::npos) << r.err;
-  setenv("INFERCAST_PREFETCH", "t0", 1);
-  const Result hint = run("probe --quick --out ''");
-  unsetenv("INFERCAST_PREFETCH");
-  EXPECT_EQ(hint.status, 2);
-  EXPECT_EQ(lines(hint.err), 1) << hint.err;
-  EXPECT_NE(hint.err.find("INFERCAST_PREFETCH"), std::string::npos) << hint.err;
+  for (const auto& [name, value] : {std::pair{"INFERCAST_ISA", "bogus"}, std::pair{"INFERCAST_PREFETCH", "t0"}}) {
+    setenv(name, value, 1);
+    const Result r = run("probe --quick --out ''");
+    unsetenv(name);
+    EXPECT_EQ(r.status, 2) << name;
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(name), std::string::npos) << r.err;
+  }
 }
 
 TEST(Cli, QuickProbeWritesAProfileAtomically) {
