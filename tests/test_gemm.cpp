@@ -187,9 +187,9 @@ TEST_P(GemmAllFormats, SaturatedQuantsAndActivations) {
 }
 
 // Large batches: block formats switch to BF16 tiles, decoded once per block of activation rows
-// (16 tiles), rows longer than 2048 columns in segments whose sums carry over: 300 rows of 4096
-// columns are two segments and two blocks, the second of three tiles (an odd count) and a
-// partial last tile; 37 rows leave a partial row group per thread.
+// (16 tiles), rows longer than 2048 columns in segments whose sums carry over: a batch of 300
+// activation rows of 4096 columns is two segments and two blocks, the second of three tiles (an
+// odd count) and a partial last tile; 37 weight rows leave a partial row group per thread.
 TEST_P(GemmAllFormats, LargeBatchesInSeveralActivationBlocks) {
   const GgmlType t = GetParam();
   check_all_levels({t, 37, 4096, 300, Pattern::gaussian});
